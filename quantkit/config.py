@@ -1,0 +1,183 @@
+"""Typed, frozen configs with strict round-tripping (habit 2 of STYLE.md).
+
+A config is a ``@dataclass(frozen=True)`` subclass of :class:`Config`. ``from_dict`` rejects unknown
+keys (naming the field and listing the valid ones), checks types (``bool``, ``int``, ``float``, ``str``,
+``Literal``, ``Optional``, ``tuple[...]``, ``dict[str, ...]`` and nested configs), then calls the
+subclass's ``validate`` hook. ``to_dict`` is the exact inverse. The DVC ``params.yaml`` sections are
+these dicts, so a stage is reproducible from its params alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
+
+from ._io import fingerprint
+from .errors import ConfigError, InputFileError
+
+C = TypeVar("C", bound="Config")
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin is Literal:
+        if value not in get_args(tp):
+            raise ConfigError(f"{where}: {value!r} is not one of {', '.join(map(repr, get_args(tp)))}")
+        return value
+    if origin in (Union, types.UnionType):
+        args = get_args(tp)
+        if value is None:
+            if type(None) in args:
+                return None
+            raise ConfigError(f"{where}: must be set (got null)")
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _coerce(value, a, where)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{where}: {value!r} matches none of {tp}")
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, got {type(value).__name__}")
+        args = get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_coerce(v, args[0], f"{where}[{i}]") for i, v in enumerate(value))
+        if len(args) != len(value):
+            raise ConfigError(f"{where}: expected {len(args)} values, got {len(value)}")
+        return tuple(_coerce(v, a, f"{where}[{i}]") for i, (v, a) in enumerate(zip(args, value)))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__}")
+        kt, vt = get_args(tp) or (str, Any)
+        return {_coerce(k, kt, f"{where} key"): _coerce(v, vt, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(tp, type) and issubclass(tp, Config):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__}")
+        return tp.from_dict(value, where=where)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    raise TypeError(f"config field type {_type_name(tp)} at {where} is not supported")  # a bug, not user error
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Config):
+        return value.to_dict()
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Base of every quantkit config. Subclasses are frozen dataclasses with typed fields.
+
+    ``SCHEMA_VERSION`` is bumped whenever a field's meaning changes; it is written by ``to_dict`` as
+    ``schema_version`` and checked by ``from_dict``.
+    """
+
+    SCHEMA_VERSION: ClassVar[int] = 1
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` naming the field when a value is out of range. Default: no-op."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain, JSON/YAML-ready dict; ``from_dict(to_dict())`` gives an equal config."""
+        out = {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        out["schema_version"] = self.SCHEMA_VERSION
+        return out
+
+    @classmethod
+    def from_dict(cls: type[C], data: dict[str, Any], *, where: str | None = None) -> C:
+        """Build from a dict, strictly. Missing keys take the field default.
+
+        Raises:
+            ConfigError: unknown key, wrong type, value out of range or schema version mismatch.
+        """
+        where = where or cls.__name__
+        if not isinstance(data, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__}")
+        data = dict(data)
+        version = data.pop("schema_version", cls.SCHEMA_VERSION)
+        if version != cls.SCHEMA_VERSION:
+            raise ConfigError(f"{where}.schema_version: {version} is not supported (expected {cls.SCHEMA_VERSION}); migrate the config")
+        hints = typing.get_type_hints(cls)
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - set(fields))
+        if unknown:
+            raise ConfigError(f"{where}: unknown option {unknown[0]!r}; valid options are {', '.join(sorted(fields))}")
+        kwargs = {}
+        for name, value in data.items():
+            kwargs[name] = _coerce(value, hints[name], f"{where}.{name}")
+        missing = [n for n, f in fields.items() if n not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        if missing:
+            raise ConfigError(f"{where}: required option {missing[0]!r} is missing")
+        return cls(**kwargs)
+
+    def replace(self: C, **changes: Any) -> C:
+        """Return a copy with ``changes`` applied and validated (strict, like ``from_dict``)."""
+        return type(self).from_dict({**self.to_dict(), **{k: _plain(v) for k, v in changes.items()}})
+
+    def config_hash(self) -> str:
+        """SHA-256 fingerprint of ``to_dict()``; two configs with the same hash behave the same."""
+        return fingerprint(self.to_dict())
+
+
+def load_params(path: str | Path, section: str) -> dict[str, Any]:
+    """Read one top-level section of a YAML params file (DVC's ``params.yaml``).
+
+    ``section`` may be dotted (``calibrations.deployed``).
+
+    Raises:
+        InputFileError: the file is missing or not YAML.
+        ConfigError: the section is missing or not a mapping.
+    """
+    import yaml
+
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError:
+        raise InputFileError(f"{p}: params file not found; pass --params PATH") from None
+    except yaml.YAMLError as e:
+        raise InputFileError(f"{p}: not valid YAML ({str(e).splitlines()[0]}); fix the syntax") from None
+    node: Any = data
+    for part in section.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise ConfigError(f"{p}: section {section!r} is missing; add it (see README)")
+        node = node[part]
+    if not isinstance(node, dict):
+        raise ConfigError(f"{p}: section {section!r} must be a mapping")
+    return node
