@@ -56,7 +56,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             return tuple(_coerce(v, args[0], f"{where}[{i}]") for i, v in enumerate(value))
         if len(args) != len(value):
             raise ConfigError(f"{where}: expected {len(args)} values, got {len(value)}")
-        return tuple(_coerce(v, a, f"{where}[{i}]") for i, (v, a) in enumerate(zip(args, value)))
+        return tuple(_coerce(v, a, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__}")

@@ -1,0 +1,33 @@
+"""Sets of images (calibration, reference, site) as versioned artifacts: manifest, statistics, readers.
+
+See ``docs/ARCHITECTURE.md`` for the folder layout and the manifest schema.
+"""
+
+from .manifest import CalibrationSet, ImageEntry, RegisterResult, SetDiff, compute_set_id, diff_sets, list_sets, register_set
+from .stats import STAT_COLUMNS, compute_stats, image_statistics, plot_stats, read_stats_csv, summarize
+
+__all__ = [
+    "CalibrationSet",
+    "CalibrationSetReader",
+    "ImageEntry",
+    "RegisterResult",
+    "STAT_COLUMNS",
+    "SetDiff",
+    "compute_set_id",
+    "compute_stats",
+    "diff_sets",
+    "image_statistics",
+    "list_sets",
+    "plot_stats",
+    "read_stats_csv",
+    "register_set",
+    "summarize",
+]
+
+
+def __getattr__(name: str):  # lazy: the reader imports onnxruntime
+    if name == "CalibrationSetReader":
+        from .reader import CalibrationSetReader
+
+        return CalibrationSetReader
+    raise AttributeError(name)

@@ -1,0 +1,83 @@
+"""End to end: the real `dvc repro` pipeline on a reduced demo (fewer, smaller images).
+
+Runs the same dvc.yaml as the README's quickstart in a scratch git repository, then checks what the
+issue promises: the report exists, a second `dvc repro` does nothing, and changing the calibration
+method invalidates calibration and what depends on it, but not the data or the intake.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.run(args, cwd=cwd, env=env, text=True, capture_output=True, timeout=1500)
+
+
+def reduced_params() -> dict:
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    size = [160, 160]
+    params["demo"]["input_size"] = size
+    params["intake"]["input_size"] = size
+    counts = {"calibration": 8, "reference": 6, "site": 6}
+    for spec in params["demo"]["sets"].values():
+        spec["count"] = counts[spec["kind"]]
+    return params
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory) -> Path:
+    repo = tmp_path_factory.mktemp("pipeline")
+    for name in ("dvc.yaml", ".dvcignore"):
+        shutil.copy(ROOT / name, repo / name)
+    shutil.copytree(ROOT / ".dvc", repo / ".dvc", ignore=shutil.ignore_patterns("tmp", "cache"))
+    (repo / "params.yaml").write_text(yaml.safe_dump(reduced_params(), sort_keys=False))
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "-c", "user.email=ci@quantkit", "-c", "user.name=ci", "commit", "-qm", "init"]):
+        assert _run(cmd, repo).returncode == 0
+    result = _run(["dvc", "repro"], repo)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return repo
+
+
+def test_repro_writes_report_metrics_and_bundle(pipeline: Path):
+    html = (pipeline / "reports" / "shift_report.html").read_text()
+    assert "<img" in html and "http://" not in html.split("<body", 1)[1].split("</body>")[0].replace("http://www.w3.org", "")
+    metrics = json.loads((pipeline / "reports" / "metrics.json").read_text())
+    assert set(metrics) >= {"cam1-day", "cam1-night", "cam2-day"}
+    record = json.loads((pipeline / "work" / "quantize" / "deployed" / "record.json").read_text())
+    assert record["tensors"] and record["calibration_set"]["name"] == "cam1-day"
+    thresholds = json.loads((pipeline / "work" / "thresholds" / "deployed.json").read_text())
+    assert thresholds["binding"]["record_fingerprint"] == record["fingerprint"]
+    assert list((pipeline / "dist").glob("quantkit-bundle-*.tar"))
+
+
+def test_second_repro_does_nothing(pipeline: Path):
+    status = _run(["dvc", "status", "--json"], pipeline)
+    assert status.returncode == 0 and json.loads(status.stdout) == {}
+
+
+def test_changing_method_reruns_only_calibration_and_downstream(pipeline: Path):
+    params_path = pipeline / "params.yaml"
+    original = params_path.read_text()
+    params = yaml.safe_load(original)
+    params["quantize"]["method"] = "percentile"
+    params_path.write_text(yaml.safe_dump(params, sort_keys=False))
+    try:
+        status = json.loads(_run(["dvc", "status", "--json"], pipeline).stdout)
+    finally:
+        params_path.write_text(original)
+    changed = {name.split("@")[0] for name in status}
+    assert "quantize" in changed
+    assert not changed & {"demo_model", "demo_set", "intake"}
