@@ -81,3 +81,16 @@ def test_changing_method_reruns_only_calibration_and_downstream(pipeline: Path):
     changed = {name.split("@")[0] for name in status}
     assert "quantize" in changed
     assert not changed & {"demo_model", "demo_set", "intake"}
+
+
+def test_dvc_push_pull_round_trip(pipeline: Path):
+    """The demo's local remote holds every output: delete them and the cache, pull, and nothing changed."""
+    assert _run(["dvc", "push", "-q"], pipeline).returncode == 0
+    shutil.rmtree(pipeline / ".dvc" / "cache")
+    for out in ("calibration_sets/cam1-day", "work/quantize/deployed", "models"):
+        shutil.rmtree(pipeline / out)
+    pulled = _run(["dvc", "pull", "-q"], pipeline)
+    assert pulled.returncode == 0, pulled.stderr[-2000:]
+    assert (pipeline / "calibration_sets" / "cam1-day" / "manifest.json").is_file()
+    status = _run(["dvc", "status", "--json"], pipeline)
+    assert json.loads(status.stdout) == {}
