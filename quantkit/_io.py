@@ -20,6 +20,15 @@ from typing import Any, Iterator
 _CHUNK = 1 << 20
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _umask()
+
+
 def sha256_file(path: str | os.PathLike[str]) -> str:
     """Return the hex SHA-256 of a file's bytes, read in 1 MiB chunks (memory independent of size).
 
@@ -62,6 +71,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give the usual file mode
         os.replace(tmp, dest)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -103,6 +113,7 @@ def atomic_output_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
     dest = Path(path)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+    os.chmod(tmp, 0o777 & ~_UMASK)  # mkdtemp creates 0700; give the usual folder mode
     try:
         yield tmp
         if dest.exists():

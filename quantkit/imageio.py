@@ -34,10 +34,9 @@ def load_image(path: str | os.PathLike[str]) -> np.ndarray:
             raise InputFileError(f"{p}: empty file (0 bytes); remove it or replace it with a valid image")
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(p) as im:
-                im.load()
-                im = ImageOps.exif_transpose(im)
-                return _to_rgb8(im)
+            with Image.open(p) as opened:
+                opened.load()
+                return _to_rgb8(ImageOps.exif_transpose(opened))
     except FileNotFoundError:
         raise InputFileError(f"{p}: image not found; check the path") from None
     except UnidentifiedImageError:

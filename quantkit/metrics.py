@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -109,22 +110,24 @@ def normalized_wasserstein(reference: Any, current: Any, *, scale: float | None 
 def quantile_edges(reference: Any, bins: int = 10) -> np.ndarray:
     """Bin edges at the reference's quantiles (deciles for ``bins=10``), outer edges at +-inf.
 
-    Ties collapse duplicate edges, so a near-constant reference gets fewer bins.
+    Ties collapse duplicate edges, so a near-constant reference gets fewer bins. A constant reference
+    ``v`` gets three bins: below ``v``, exactly ``v``, above ``v``.
     """
     r = _samples(reference, "reference")
     inner = np.unique(np.quantile(r, np.linspace(0, 1, bins + 1)[1:-1]))
+    if r.min() == r.max():
+        v = float(r[0])
+        inner = np.array([v, np.nextafter(v, np.inf)])
     return np.concatenate([[-np.inf], inner, [np.inf]])
 
 
 def psi(reference: Any, current: Any, *, bins: int = 10, eps: float = PSI_EPSILON) -> float:
     """PSI between two samples on the reference's quantile bins (Siddiqi 2006).
 
-    Values equal to an edge fall in the upper bin. A constant reference gives two bins (below/at-or-above).
+    Values equal to an edge fall in the upper bin.
     """
     r, c = _samples(reference, "reference"), _samples(current, "current")
     edges = quantile_edges(r, bins)
-    if edges.size == 2:  # constant reference: split at its value
-        edges = np.array([-np.inf, float(r[0]), np.inf])
     er = np.histogram(r, edges)[0]
     ec = np.histogram(c, edges)[0]
     return psi_from_counts(er, ec, eps=eps)
@@ -134,8 +137,6 @@ def jensen_shannon(reference: Any, current: Any, *, bins: int = 10) -> float:
     """Jensen-Shannon distance (base 2, 0..1) of two samples on the reference's quantile bins."""
     r, c = _samples(reference, "reference"), _samples(current, "current")
     edges = quantile_edges(r, bins)
-    if edges.size == 2:
-        edges = np.array([-np.inf, float(r[0]), np.inf])
     return js_from_counts(np.histogram(r, edges)[0], np.histogram(c, edges)[0])
 
 

@@ -107,7 +107,7 @@ class Preprocessing(Config):
         img, tf = self.resize(image)
         if self.color_order == "BGR":
             img = img[..., ::-1]
-        x = img.astype(np.float32) * np.float32(self.scale)
+        x: np.ndarray = img.astype(np.float32) * np.float32(self.scale)
         x = (x - np.asarray(self.mean, np.float32)) / np.asarray(self.std, np.float32)
         if self.layout == "NCHW":
             x = x.transpose(2, 0, 1)

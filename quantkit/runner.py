@@ -98,8 +98,8 @@ class OrtRunner(Runner):
         opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, self._LEVELS[self.graph_optimization_level])
         opts.intra_op_num_threads = self.intra_op_num_threads
         opts.log_severity_level = 3
-        src = self.model if isinstance(self.model, bytes) else str(self.model)
-        if not isinstance(self.model, bytes) and not Path(src).is_file():
+        src: bytes | str = self.model if isinstance(self.model, bytes) else os.fspath(self.model)
+        if isinstance(src, str) and not Path(src).is_file():
             raise ModelError(f"{src}: model file not found; check the path or run the stage that writes it")
         try:
             self.session = ort.InferenceSession(src, sess_options=opts, providers=list(self.providers))

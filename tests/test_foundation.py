@@ -218,3 +218,13 @@ def test_runner_bad_model(tmp_path):
         OrtRunner(bad).activate()
     with pytest.raises(ModelError, match="not found"):
         OrtRunner(tmp_path / "none.onnx").activate()
+
+
+def test_atomic_outputs_get_ordinary_permissions(tmp_path):
+    mask = os.umask(0o022)
+    os.umask(mask)
+    f = _io.atomic_write_text(tmp_path / "a.txt", "x")
+    with _io.atomic_output_dir(tmp_path / "d") as d:
+        (d / "b.txt").write_text("y")
+    assert f.stat().st_mode & 0o777 == 0o666 & ~mask
+    assert (tmp_path / "d").stat().st_mode & 0o777 == 0o777 & ~mask

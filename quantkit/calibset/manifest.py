@@ -312,6 +312,11 @@ def register_set(
         old = mpath.read_text(encoding="utf-8", errors="replace")
         if old != canonical_json(manifest):
             old_id = _old_id(mpath)
+            if old_id == manifest["set_id"]:
+                raise CalibrationSetError(
+                    f"{mpath}: already registered (set_id {old_id[:12]}) with different metadata (name, kind, camera, lighting, site, "
+                    "capture times, labels or generator); a manifest is never rewritten: copy the folder and register the copy"
+                )
             raise CalibrationSetError(
                 f"{mpath}: already registered (set_id {old_id[:12]}) with different content (new set_id {manifest['set_id'][:12]}); "
                 "a changed set is a new version: copy the images to a new folder and register that"

@@ -19,7 +19,8 @@ sharpness_lapvar    variance of the 3x3 Laplacian of luma resized (``INTER_AREA`
                     luma in 0..255 units; the fixed size makes cameras of different resolution
                     comparable
 noise_sigma         Gaussian noise sigma of luma from the wavelet MAD estimator
-                    (``skimage.restoration.estimate_sigma``; Donoho & Johnstone 1994), 0..255
+                    (``skimage.restoration.estimate_sigma``; Donoho & Johnstone 1994), 0..255;
+                    0 for a flat image
 clip_dark           fraction of pixels with luma <= 2 (0..1)
 clip_bright         fraction of pixels with luma >= 253 (0..1)
 ==================  =========================================================================
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
@@ -90,6 +92,9 @@ def image_statistics(image: np.ndarray) -> dict[str, float]:
     small = cv2.resize(luma, (SHARPNESS_SIZE, SHARPNESS_SIZE), interpolation=cv2.INTER_AREA)
     lap = cv2.Laplacian(small.astype(np.float64), cv2.CV_64F, ksize=1)
     n = float(luma.size)
+    with warnings.catch_warnings():  # a flat image has no non-zero wavelet detail: MAD of nothing
+        warnings.simplefilter("ignore", RuntimeWarning)
+        sigma = float(estimate_sigma(lf, channel_axis=None))
     return {
         "width": int(w),
         "height": int(h),
@@ -102,7 +107,7 @@ def image_statistics(image: np.ndarray) -> dict[str, float]:
         "cast_bg": float(means[2]) / g,
         "saturation_mean": float(hsv[..., 1].mean() / 255.0),
         "sharpness_lapvar": float(lap.var()),
-        "noise_sigma": float(estimate_sigma(lf, channel_axis=None)),
+        "noise_sigma": sigma if np.isfinite(sigma) else 0.0,
         "clip_dark": float(np.count_nonzero(luma <= CLIP_DARK)) / n,
         "clip_bright": float(np.count_nonzero(luma >= CLIP_BRIGHT)) / n,
     }
@@ -154,12 +159,12 @@ def read_stats_csv(path: str | os.PathLike[str]) -> "pd.DataFrame":
     try:
         frame = pd.read_csv(p)
     except FileNotFoundError:
-        raise CalibrationSetError(f"{p}: stats.csv not found; run 'quantkit calibset stats {p.parent} --write' to compute it") from None
+        raise CalibrationSetError(f"{p}: stats.csv not found; compute it with 'quantkit calibset stats {p.parent} --recompute'") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise CalibrationSetError(f"{p}: not a valid stats CSV ({e}); recompute it with 'quantkit calibset stats --write'") from None
+        raise CalibrationSetError(f"{p}: not a valid stats CSV ({e}); use 'quantkit calibset stats --recompute'") from None
     missing = [c for c in ("file", *STAT_COLUMNS) if c not in frame.columns]
     if missing:
-        raise CalibrationSetError(f"{p}: column {missing[0]!r} missing; recompute it with 'quantkit calibset stats --write'")
+        raise CalibrationSetError(f"{p}: column {missing[0]!r} missing; use 'quantkit calibset stats --recompute'")
     return frame
 
 

@@ -45,6 +45,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except QuantkitError as e:
         print(f"quantkit {args.command}: error: {e}", file=sys.stderr)
         return e.exit_code
+    except BrokenPipeError:  # output piped into `head` and the like
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print(f"quantkit {args.command}: interrupted; no output was written", file=sys.stderr)
         return 130

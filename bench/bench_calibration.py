@@ -1,0 +1,199 @@
+"""Calibration benchmark: quantkit's bounded calibration vs ORT's own ``quantize_static``, side by side.
+
+For every (implementation, method, N) it runs one quantization in a fresh subprocess and reports, as
+JSON on stdout:
+
+* ``peak_rss_mb``: the child's peak resident set size (``os.wait4`` rusage ``ru_maxrss``, KiB on Linux);
+* ``seconds`` and ``seconds_per_image`` of the whole quantization (calibration + quantizer);
+* ``int8_ms`` / ``fp32_ms``: mean latency of the result and of the FP32 model on the evaluation images
+  (ORT CPU, all graph optimizations, 1 image per run);
+* ``pixel_iou``: IoU of the binarized probability maps (``> thresh``, default 0.3) INT8 vs FP32, pooled
+  over the evaluation images (the issue's agreement measure).
+
+ORT's side is skipped for N above ``--ort-max-n`` (it holds every activation of every image).
+
+Usage::
+
+    python bench/bench_calibration.py --size 640 --n 8 32 --methods minmax percentile entropy \\
+        [--set DIR] [--intake DIR] [--impl quantkit ort] [--chunk 1] [--eval-images 4]
+
+Without ``--intake`` the embedded PP-OCR detector is prepared at ``--size`` (opset 13, fixed shape);
+without ``--set`` a calibration set of ``max(N)`` crops of scikit-image's photos is generated into a
+temporary folder (deterministic, seed 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def _prepare_intake(folder: Path, size: int) -> Path:
+    import onnx
+    from onnx import version_converter
+
+    from quantkit.demo import packaged_model_path
+    from quantkit.note import ExportNote, Preprocessing
+
+    m = onnx.load(str(packaged_model_path()))
+    for d, v in zip(m.graph.input[0].type.tensor_type.shape.dim, (1, 3, size, size)):
+        d.Clear()
+        d.dim_value = v
+    for o in m.graph.output:
+        for d, v in zip(o.type.tensor_type.shape.dim, (1, 1, size, size)):
+            d.Clear()
+            d.dim_value = v
+    m = onnx.shape_inference.infer_shapes(version_converter.convert_version(m, 13))
+    note = ExportNote(preprocessing=Preprocessing(input_size=(size, size)))
+    note.embed(m)
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx.save(m, str(folder / "model.onnx"))
+    note.save(folder / "export_note.json")
+    return folder
+
+
+def _prepare_set(folder: Path, n: int, size: int) -> Path:
+    import numpy as np
+    import skimage
+    from PIL import Image
+
+    from quantkit.calibset import register_set
+
+    photos = sorted(p for p in (Path(skimage.__file__).parent / "data").iterdir() if p.suffix in (".png", ".jpg"))
+    rng = np.random.default_rng(0)
+    (folder / "images").mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        im = Image.open(photos[i % len(photos)]).convert("RGB")
+        w, h = im.size
+        s = int(min(w, h) * rng.uniform(0.6, 1.0))
+        x0, y0 = int(rng.integers(0, w - s + 1)), int(rng.integers(0, h - s + 1))
+        im.crop((x0, y0, x0 + s, y0 + s)).resize((size, size)).save(folder / "images" / f"{i:04d}.png")
+    register_set(folder, name="bench", kind="calibration", camera="bench", lighting="mixed", site="bench")
+    return folder
+
+
+def _worker(a: argparse.Namespace) -> None:
+    """Runs in the child: one quantization, then latency/agreement; prints one JSON line."""
+    import logging
+
+    import numpy as np
+    import onnxruntime as ort
+
+    from quantkit.calibset import CalibrationSet, CalibrationSetReader
+    from quantkit.note import ExportNote
+    from quantkit.quantize import StaticQuantConfig, adapter, quantize
+
+    logging.disable(logging.WARNING)
+    cset = CalibrationSet.load(a.set)
+    pre = ExportNote.load(Path(a.intake) / "export_note.json").preprocessing
+    cfg = StaticQuantConfig(method=a.method, per_channel=True, max_images=a.n, calibration_chunk_size=a.chunk)
+    out = Path(a.out)
+    t0 = time.perf_counter()
+    if a.impl == "quantkit":
+        quantize(a.intake, cfg, out=out, calibration_set=cset)
+        model = out / "model_int8.onnx"
+    else:
+        import contextlib
+        import io
+
+        import onnx
+        from onnxruntime.quantization import quantize_static
+
+        from quantkit.quantize.engine import constants_to_initializers
+
+        m = onnx.load(str(Path(a.intake) / "model.onnx"))
+        constants_to_initializers(m)
+        out.mkdir(parents=True, exist_ok=True)
+        onnx.save(m, str(out / "prepared.onnx"))
+        reader = CalibrationSetReader(cset, pre)
+        reader.set_range(0, a.n)
+        ops, excl = adapter.resolve_exclusions(cfg, m, "qdq")
+        with contextlib.redirect_stdout(io.StringIO()):
+            quantize_static(str(out / "prepared.onnx"), str(out / "model_int8.onnx"), reader, **adapter.static_kwargs(cfg, ops, excl),
+                            calibration_providers=None)
+        model = out / "model_int8.onnx"
+    seconds = time.perf_counter() - t0
+    reader = CalibrationSetReader(cset, pre)
+    reader.set_range(0, min(a.eval_images, len(reader)))
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    fp = ort.InferenceSession(str(Path(a.intake) / "model.onnx"), so)
+    q = ort.InferenceSession(str(model), so)
+    inter = union = 0
+    tf, tq = [], []
+    for _, x in reader.iter_batches():
+        t = time.perf_counter()
+        yf = fp.run(None, {pre.input_name: x})[0]
+        tf.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        yq = q.run(None, {pre.input_name: x})[0]
+        tq.append(time.perf_counter() - t)
+        bf, bq = yf > a.thresh, yq > a.thresh
+        inter += int(np.count_nonzero(bf & bq))
+        union += int(np.count_nonzero(bf | bq))
+    print(json.dumps({"seconds": round(seconds, 2), "seconds_per_image": round(seconds / a.n, 3),
+                      "fp32_ms": round(1000 * float(np.mean(tf[1:] or tf)), 1), "int8_ms": round(1000 * float(np.mean(tq[1:] or tq)), 1),
+                      "pixel_iou": round(inter / union, 4) if union else None}))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--size", type=int, default=640)
+    p.add_argument("--n", type=int, nargs="+", default=[8, 32])
+    p.add_argument("--methods", nargs="+", default=["minmax", "percentile", "entropy"])
+    p.add_argument("--impl", nargs="+", default=["quantkit", "ort"], choices=["quantkit", "ort"])
+    p.add_argument("--ort-max-n", type=int, default=8, help="skip ORT's quantize_static above this N (memory)")
+    p.add_argument("--chunk", type=int, default=1, help="quantkit calibration_chunk_size")
+    p.add_argument("--eval-images", type=int, default=4)
+    p.add_argument("--thresh", type=float, default=0.3)
+    p.add_argument("--set")
+    p.add_argument("--intake")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--impl1", dest="impl_one", help=argparse.SUPPRESS)
+    p.add_argument("--method", help=argparse.SUPPRESS)
+    p.add_argument("--n1", type=int, dest="n_one", help=argparse.SUPPRESS)
+    p.add_argument("--out", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.worker:
+        a.impl, a.n = a.impl_one, a.n_one
+        _worker(a)
+        return
+    with tempfile.TemporaryDirectory(prefix="quantkit-bench-") as tmp_s:
+        tmp = Path(tmp_s)
+        intake = Path(a.intake) if a.intake else _prepare_intake(tmp / "intake", a.size)
+        cset = Path(a.set) if a.set else _prepare_set(tmp / "set", max(a.n), a.size)
+        results = []
+        for n in a.n:
+            for method in a.methods:
+                for impl in a.impl:
+                    row = {"impl": impl, "method": method, "n": n, "size": a.size, "chunk": a.chunk if impl == "quantkit" else None}
+                    if impl == "ort" and n > a.ort_max_n:
+                        results.append({**row, "skipped": f"N > --ort-max-n {a.ort_max_n} (holds all activations)"})
+                        continue
+                    cmd = [sys.executable, __file__, "--worker", "--impl1", impl, "--method", method, "--n1", str(n), "--chunk", str(a.chunk),
+                           "--set", str(cset), "--intake", str(intake), "--out", str(tmp / f"out-{impl}-{method}-{n}"),
+                           "--eval-images", str(a.eval_images), "--thresh", str(a.thresh)]
+                    with open(tmp / "stdout", "w+") as so, open(tmp / "stderr", "w+") as se:
+                        proc = subprocess.Popen(cmd, stdout=so, stderr=se, text=True)
+                        _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak RSS
+                        proc.returncode = os.waitstatus_to_exitcode(status)
+                        so.seek(0)
+                        se.seek(0)
+                        out, err = so.read(), se.read()
+                    ru = usage.ru_maxrss
+                    if proc.returncode != 0:
+                        results.append({**row, "error": (err.strip().splitlines() or ["?"])[-1]})
+                        continue
+                    results.append({**row, **json.loads(out.strip().splitlines()[-1]), "peak_rss_mb": round(ru / 1024, 1)})
+                    print(json.dumps(results[-1]), file=sys.stderr)
+        print(json.dumps({"cpu_count": os.cpu_count(), "results": results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

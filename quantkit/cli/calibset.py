@@ -1,0 +1,149 @@
+"""``quantkit calibset``: register, list, show, diff and measure image sets."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("calibset", help="versioned image sets: register, list, show, diff, stats",
+                              description="A set is a folder: images/ + manifest.json (+ stats.csv). A changed set is a new "
+                                          "version in a new folder; an existing manifest is never rewritten.")
+    sub = p.add_subparsers(dest="calibset_command", metavar="ACTION")
+    sub.required = True
+
+    r = sub.add_parser("register", help="hash, decode and measure FOLDER/images/*, write manifest.json + stats.csv")
+    r.add_argument("folder", help="set folder holding images/")
+    r.add_argument("--name", required=True, help="set name, e.g. cam1-day")
+    r.add_argument("--kind", choices=("calibration", "reference", "site"), default="calibration", help="what the set is for (default calibration)")
+    r.add_argument("--camera", default="unknown", help="camera id (default unknown)")
+    r.add_argument("--lighting", default="unknown", help="lighting condition, e.g. day/night (default unknown)")
+    r.add_argument("--site", default="unknown", help="site / line id (default unknown)")
+    r.add_argument("--on-error", choices=("fail", "skip"), default="fail",
+                   help="unreadable image: fail (default, nothing written) or skip it (logged by name, left out)")
+    r.add_argument("--json", action="store_true", help="print the result as JSON")
+    r.set_defaults(func=_register)
+
+    ls = sub.add_parser("list", help="list registered sets under ROOT")
+    ls.add_argument("root", nargs="?", default=".", help="folder to search (default .)")
+    ls.add_argument("--json", action="store_true", help="print JSON")
+    ls.set_defaults(func=_list)
+
+    sh = sub.add_parser("show", help="show one set's manifest summary (and check hashes with --verify)")
+    sh.add_argument("folder", help="set folder")
+    sh.add_argument("--verify", action="store_true", help="re-hash every image against the manifest")
+    sh.add_argument("--images", action="store_true", help="also list the images")
+    sh.add_argument("--json", action="store_true", help="print JSON")
+    sh.set_defaults(func=_show)
+
+    d = sub.add_parser("diff", help="images added, removed and changed from set A to set B")
+    d.add_argument("a", help="older set folder")
+    d.add_argument("b", help="newer set folder")
+    d.add_argument("--json", action="store_true", help="print JSON")
+    d.set_defaults(func=_diff)
+
+    st = sub.add_parser("stats", help="set-level image statistics (from stats.csv, or computed with --recompute)")
+    st.add_argument("folder", help="set folder")
+    st.add_argument("--recompute", action="store_true", help="decode the images again instead of reading stats.csv")
+    st.add_argument("--per-image", action="store_true", help="print the per-image table instead of the summary")
+    st.add_argument("--plot", default=None, metavar="PNG", help="also save histograms of each statistic to PNG")
+    st.add_argument("--json", action="store_true", help="print JSON")
+    st.set_defaults(func=_stats)
+
+
+def _print_json(obj: Any) -> None:
+    print(json.dumps(obj, sort_keys=True, indent=2))
+
+
+def _register(args: argparse.Namespace) -> int:
+    from ..calibset import register_set
+
+    res = register_set(args.folder, name=args.name, kind=args.kind, camera=args.camera, lighting=args.lighting,
+                       site=args.site, on_error=args.on_error)
+    if args.json:
+        _print_json(res.to_dict())
+    else:
+        state = "registered" if res.written else "already registered (identical)"
+        print(f"{res.set.root}: {state}, {res.set.count} images, set_id {res.set.set_id}")
+        for f in res.skipped:
+            print(f"  skipped unreadable {f}")
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    from ..calibset import list_sets
+
+    sets = list_sets(args.root)
+    if args.json:
+        _print_json([s.to_dict() for s in sets])
+        return 0
+    if not sets:
+        print(f"no registered sets under {args.root}")
+        return 0
+    import pandas as pd
+
+    table = pd.DataFrame([{**s.to_dict(), "set_id": s.set_id[:12]} for s in sets])
+    print(table[["path", "name", "kind", "camera", "lighting", "count", "set_id"]].to_string(index=False))
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from ..calibset import CalibrationSet
+
+    cset = CalibrationSet.load(args.folder, verify=args.verify)
+    if args.json:
+        out = cset.to_dict()
+        if args.images:
+            out["images"] = [e.to_dict() for e in cset.entries]
+        if args.verify:
+            out["verified"] = True
+        _print_json(out)
+        return 0
+    for k, v in cset.to_dict().items():
+        print(f"{k:14s} {v}")
+    if args.verify:
+        print(f"{'verified':14s} all {cset.count} hashes match")
+    if args.images:
+        for e in cset.entries:
+            n = 0 if e.text_boxes is None else len(e.text_boxes)
+            print(f"  {e.file}  {e.width}x{e.height} {e.format} {e.bytes} B  {e.sha256[:12]}  {e.captured_at or '-'}  boxes={n}")
+    return 0
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from ..calibset import CalibrationSet, diff_sets
+
+    d = diff_sets(CalibrationSet.load(args.a), CalibrationSet.load(args.b))
+    if args.json:
+        _print_json(d.to_dict())
+        return 0
+    if d.identical:
+        print(f"identical ({d.unchanged} images)")
+    for tag, names in (("+", d.added), ("-", d.removed), ("~", d.changed)):
+        for n in names:
+            print(f"{tag} {n}")
+    print(f"{len(d.added)} added, {len(d.removed)} removed, {len(d.changed)} changed, {d.unchanged} unchanged")
+    return 0
+
+
+def _stats(args: argparse.Namespace) -> int:
+    from ..calibset import CalibrationSet, compute_stats, plot_stats, summarize
+
+    cset = CalibrationSet.load(args.folder)
+    frame = compute_stats(cset.paths(), root=cset.root) if args.recompute else cset.stats()
+    if args.plot:
+        import io
+
+        from .._io import atomic_write_bytes
+
+        buf = io.BytesIO()
+        plot_stats({cset.name: frame}).savefig(buf, format="png", dpi=80)
+        atomic_write_bytes(args.plot, buf.getvalue())
+    table = frame if args.per_image else summarize(frame).reset_index()
+    if args.json:
+        _print_json(json.loads(table.to_json(orient="records")))
+    else:
+        print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    return 0

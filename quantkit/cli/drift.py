@@ -1,0 +1,58 @@
+"""``quantkit drift``: compare a site set with the calibration set; recommend recalibration or not."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "drift",
+        help="check a site set for camera/lighting change against the calibration set",
+        description=(
+            "Compare per-image statistics of SITE_SET with the calibration set (normalized Wasserstein, PSI, "
+            "Jensen-Shannon against thresholds derived from the calibration set's own variability) and the INT8 "
+            "model's activation clipping; write a DriftResult JSON with a recalibrate recommendation."
+        ),
+    )
+    p.add_argument("site_set", type=Path, help="site set folder (manifest.json + images/ [+ stats.csv])")
+    p.add_argument("--calibration-set", type=Path, required=True, help="calibration set the deployed model was calibrated on")
+    p.add_argument("--quantized", type=Path, help="quantized folder with record.json (e.g. work/quantize/deployed)")
+    p.add_argument("--fp32", type=Path, help="intake folder with the FP32 model.onnx (e.g. work/intake)")
+    p.add_argument("--params", type=Path, help="params.yaml; options from its 'drift' section")
+    p.add_argument("--no-clipping", action="store_true", help="skip the activation clipping check")
+    p.add_argument("--out", type=Path, help="write the DriftResult JSON here (atomically)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..config import load_params
+    from ..drift import PLAIN_NAMES, DriftConfig, check_drift
+
+    cfg = DriftConfig.from_dict(load_params(args.params, "drift"), where="params.yaml:drift") if args.params else DriftConfig()
+    if args.no_clipping:
+        cfg = cfg.replace(clipping=False)
+    result = check_drift(args.site_set, args.calibration_set, cfg, quantized=args.quantized, fp32=args.fp32)
+    if args.out:
+        result.save(args.out)
+    if args.json:
+        sys.stdout.write(json.dumps(result.to_dict(), indent=2, sort_keys=True) + "\n")
+        return 0
+    verdict = "RECALIBRATE" if result.recalibrate else "ok"
+    out = [f"site set {result.site_set['name']} vs calibration set {result.calibration_set['name']}: {verdict}"]
+    out.append(f"  {'statistic':<26} {'calib':>10} {'site':>10} {'change':>8}  metrics moved")
+    for c in result.changes:
+        mark = "MOVED" if c.moved else ""
+        out.append(f"  {PLAIN_NAMES.get(c.name, c.name):<26} {c.calibration_median:>10.4g} {c.site_median:>10.4g} "
+                   f"{100 * c.relative_change:>7.0f}%  {c.metrics_moved}/{len(cfg.metrics)} {mark}")
+    if result.clipping:
+        k = result.clipping
+        out.append(f"  clipping: {100 * k.rate:.3f}% vs baseline {100 * k.baseline:.3f}% (threshold {100 * k.threshold:.3f}%)"
+                   f"{' MOVED' if k.moved else ''}")
+    out.extend(f"  - {r}" for r in result.reasons)
+    sys.stdout.write("\n".join(out) + "\n")
+    return 0

@@ -1,0 +1,49 @@
+"""``quantkit intake MODEL --params params.yaml --out work/intake``: the pipeline's intake stage."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "intake",
+        help="fix the input shape, upgrade the opset, verify numerically and write the export note",
+        description="Take a model in: fix its input to batch x 3 x input_size, convert to opset >= min_opset (recording "
+        "per-node semantic changes), compare original vs converted outputs with ONNX Runtime, check the declared "
+        "preprocessing on a probe image, and write OUT/model.onnx, OUT/export_note.json and OUT/intake.json atomically. "
+        "Options come from the 'intake' section of --params.",
+    )
+    p.add_argument("model", help="path to the source .onnx file")
+    p.add_argument("--params", default="params.yaml", help="params file with an 'intake' section (default params.yaml)")
+    p.add_argument("--out", required=True, help="output folder (replaced whole on success, untouched on error)")
+    p.add_argument("--accept-numeric-change", action="store_true", help="write the model even if the conversion changes outputs beyond atol")
+    p.add_argument("--json", action="store_true", help="print intake.json's content instead of a summary")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..config import load_params
+    from ..intake import IntakeConfig, intake
+
+    cfg = IntakeConfig.from_dict(load_params(args.params, "intake"))
+    if args.accept_numeric_change:
+        cfg = cfg.replace(accept_numeric_change=True)
+    r = intake(args.model, cfg, args.out)
+    if args.json:
+        print(json.dumps(r.to_dict(), indent=2, sort_keys=True))
+        return 0
+    c, n = r.conversion, r.numeric
+    print(f"intake      {r.source} -> {args.out}/model.onnx")
+    print(f"input       {r.fixed_input[0]} fixed to {list(r.fixed_input[1])}")
+    print(f"opset       {c.opset_before} -> {c.opset_after} ({c.method}); {len(c.notes)} semantic notes")
+    for note in c.notes:
+        print(f"  {note.risk:<9} {note.op_type} {note.node}: {note.what}" + (f" [{note.detail}]" if note.detail else ""))
+    print(f"numeric     {'ok' if n.passed else 'CHANGED'}: max |diff| {n.max_abs_diff:.3g} over {n.samples} samples (atol {n.atol:g})")
+    if r.note_check is not None:
+        print("note check  " + ", ".join(f"{k}: {v}" for k, v in r.note_check.verdicts().items()))
+    print(f"framework   {r.note.provenance.framework} ({r.framework_evidence})")
+    print(f"validation  {'ok' if r.validation.ok else 'FAILED'}")
+    return 0

@@ -1,0 +1,73 @@
+"""``quantkit quantize``: calibrate and quantize the intake model (static), or quantize it dynamically."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+HELP = "quantize work/intake statically (calibrated on a set) or dynamically; writes model_int8.onnx + record.json"
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("quantize", help=HELP, description=HELP + ". Options come from the 'quantize' section of "
+                              "--params (static fields; its 'dynamic' sub-mapping for --dynamic); flags override.")
+    p.add_argument("intake", help="intake folder (model.onnx + export_note.json) or a model file with an embedded note")
+    p.add_argument("--calibration-set", metavar="DIR", help="calibration set folder (images/ + manifest.json); static only")
+    p.add_argument("--dynamic", action="store_true", help="dynamic quantization (ORT quantize_dynamic); no calibration set")
+    p.add_argument("--params", metavar="YAML", help="params file with a 'quantize' section (default: built-in defaults)")
+    p.add_argument("--section", default="quantize", help="params section to read (default: quantize)")
+    p.add_argument("--method", choices=["minmax", "entropy", "percentile", "distribution"], help="override the calibration method")
+    p.add_argument("--chunk-size", type=int, metavar="N", help="override calibration_chunk_size (images per collect call)")
+    p.add_argument("--max-images", type=int, metavar="N", help="calibrate on the first N images only")
+    p.add_argument("--checkpoint", metavar="FILE", help="calibration checkpoint file (default: next to --out; resumes an interrupted run)")
+    p.add_argument("--out", required=True, metavar="DIR", help="output folder (written whole or not at all)")
+    p.add_argument("--json", action="store_true", help="print the record summary as JSON")
+    p.set_defaults(func=run)
+
+
+def build_config(args: argparse.Namespace) -> Any:
+    """Params section + flag overrides -> StaticQuantConfig or DynamicQuantConfig."""
+    from ..config import load_params
+    from ..errors import ConfigError
+    from ..quantize import DynamicQuantConfig, StaticQuantConfig
+
+    section: dict[str, Any] = dict(load_params(args.params, args.section)) if args.params else {}
+    dynamic_section = section.pop("dynamic", {}) or {}
+    if args.dynamic:
+        for flag in ("method", "chunk_size", "max_images", "checkpoint"):
+            if getattr(args, flag) is not None:
+                raise ConfigError(f"--{flag.replace('_', '-')} applies to static quantization only; drop it or drop --dynamic")
+        return DynamicQuantConfig.from_dict(dynamic_section, where=f"{args.params or 'params'}: {args.section}.dynamic")
+    overrides = {"method": args.method, "calibration_chunk_size": args.chunk_size, "max_images": args.max_images}
+    section.update({k: v for k, v in overrides.items() if v is not None})
+    return StaticQuantConfig.from_dict(section, where=f"{args.params or 'params'}: {args.section}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..errors import ConfigError
+    from ..quantize import quantize
+
+    config = build_config(args)
+    if not args.dynamic and not args.calibration_set:
+        raise ConfigError("static quantization needs --calibration-set DIR (or pass --dynamic)")
+    rec = quantize(args.intake, config, out=args.out, calibration_set=None if args.dynamic else args.calibration_set,
+                   checkpoint=args.checkpoint)
+    summary = {"out": args.out, "mode": rec.mode, "fingerprint": rec.fingerprint, "tensors": len(rec.tensors),
+               "quantized_model_digest": rec.quantized_model_digest, "opset_before": rec.opset_before, "opset_after": rec.opset_after,
+               "calibration_set": rec.calibration_set, "calibration": rec.calibration}
+    if args.json:
+        print(json.dumps(summary, indent=2, sort_keys=True))
+        return 0
+    table = rec.table()
+    counts = table.groupby(["role", "dtype"]).size()
+    w = sys.stdout.write
+    w(f"wrote {args.out}/model_int8.onnx and record.json ({rec.mode}, opset {rec.opset_before} -> {rec.opset_after})\n")
+    if rec.calibration_set:
+        cs = rec.calibration_set
+        w(f"calibration set: {cs['name']} ({cs['camera']}/{cs['lighting']}, {cs['count']} images, id {cs['set_id'][:12]})\n")
+    w(f"fingerprint: {rec.fingerprint}\n")
+    for (role, dtype), n in counts.items():
+        w(f"  {role:<10} {dtype:<6} {n:>5} tensors\n")
+    return 0

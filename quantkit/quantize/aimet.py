@@ -1,0 +1,94 @@
+"""AIMET encodings JSON (format version 1.0.0) export and import.
+
+Layout (AIMET ``QuantizationSimModel.export``, schema 1.0.0)::
+
+    {"version": "1.0.0",
+     "activation_encodings": [{"name", "dtype": "INT", "enc_type": "PER_TENSOR", "bw", "is_sym", "scale": [..], "offset": [..]}],
+     "param_encodings": [{... "enc_type": "PER_CHANNEL" ...}],
+     "excluded_layers": [], "quantizer_args": {...}}
+
+Offset sign: AIMET quantizes onto the unsigned grid ``[0, 2**bw - 1]`` with
+``q = round(x / scale) - offset``, ONNX with ``q = round(x / scale) + zero_point`` on the type's own grid.
+So for unsigned ONNX types ``offset = -zero_point``; for signed types the grid is shifted by
+``2**(bw-1)``: ``offset = -(zero_point + 2**(bw-1))`` (symmetric int8 -> ``-128``, as AIMET writes it).
+Import maps ``is_sym: true`` to the signed type and ``is_sym: false`` to the unsigned type, which is
+how ORT's default (u8 activations, symmetric s8 weights) exports; an asymmetric signed tensor comes
+back as the equivalent unsigned grid (same represented values). Biases (int32) are not exported,
+as AIMET leaves them to the runtime.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .._io import atomic_write_json, read_json
+from ..errors import InputFileError
+from .record import CalibrationRecord, TensorScale
+
+VERSION = "1.0.0"
+_BITS = {"uint8": 8, "int8": 8, "uint16": 16, "int16": 16, "uint4": 4, "int4": 4}
+
+
+def _offset(t: TensorScale) -> list[int]:
+    shift = 2 ** (_BITS[t.dtype] - 1) if t.dtype.startswith("int") else 0
+    return [-(z + shift) for z in t.zero_point]
+
+
+def export_aimet(record: CalibrationRecord, path: str | Path | None = None) -> dict[str, Any]:
+    """AIMET 1.0.0 encodings for every activation and weight in ``record`` (sorted by name).
+
+    ``is_sym`` is true for signed types with zero point 0. Writes canonical JSON to ``path`` when given.
+    """
+    acts, params = [], []
+    for t in record.tensors:
+        if t.dtype not in _BITS:
+            continue
+        enc = {"name": t.name, "dtype": "INT", "enc_type": "PER_CHANNEL" if len(t.scale) > 1 else "PER_TENSOR",
+               "bw": _BITS[t.dtype], "is_sym": t.dtype.startswith("int") and all(z == 0 for z in t.zero_point),
+               "scale": list(t.scale), "offset": _offset(t)}
+        (acts if t.role == "activation" else params).append(enc)
+    doc = {"version": VERSION, "activation_encodings": acts, "param_encodings": params, "excluded_layers": [],
+           "quantizer_args": {"dtype": "int", "per_channel_quantization": any(len(t.scale) > 1 for t in record.tensors),
+                              "producer": "quantkit", "record_fingerprint": record.fingerprint}}
+    if path is not None:
+        atomic_write_json(path, doc)
+    return doc
+
+
+def import_aimet(source: str | Path | dict[str, Any], *, template: CalibrationRecord | None = None) -> tuple[TensorScale, ...]:
+    """Read AIMET 1.0.0 encodings into :class:`TensorScale` rows (sorted by name).
+
+    ``template``: a record whose axis / range / calibrator fields are copied for tensors it also has (AIMET
+    stores no channel axis); otherwise per-channel tensors get ``axis=0`` and ranges None.
+
+    Raises:
+        InputFileError: not version 1.0.0, or an entry missing ``name``/``bw``/``scale``/``offset``.
+    """
+    where = str(source) if not isinstance(source, dict) else "AIMET encodings"
+    doc = source if isinstance(source, dict) else read_json(source, "AIMET encodings")
+    if not isinstance(doc, dict) or doc.get("version") != VERSION:
+        raise InputFileError(f"{where}: AIMET encodings version {doc.get('version') if isinstance(doc, dict) else None!r} is not {VERSION}; export with AIMET 2.x or convert")
+    known = {t.name: t for t in template.tensors} if template else {}
+    out = []
+    for section, role in (("activation_encodings", "activation"), ("param_encodings", "weight")):
+        for i, e in enumerate(doc.get(section, [])):
+            try:
+                name, bw, sym = e["name"], int(e["bw"]), bool(e.get("is_sym", False))
+                scale = tuple(float(s) for s in e["scale"])
+                offset = [int(round(float(o))) for o in e["offset"]]
+            except (KeyError, TypeError, ValueError) as err:
+                raise InputFileError(f"{where}: {section}[{i}] lacks or mistypes {err}; fix the entry") from None
+            if len(scale) != len(offset) or not scale:
+                raise InputFileError(f"{where}: {section}[{i}] ({name}) has {len(scale)} scales and {len(offset)} offsets; they must match")
+            dtype = ("int" if sym else "uint") + str(bw)
+            if dtype not in _BITS:
+                raise InputFileError(f"{where}: {section}[{i}] ({name}) bw {bw} is not 4, 8 or 16")
+            shift = 2 ** (bw - 1) if sym else 0
+            zp = tuple(-o - shift for o in offset)
+            tpl = known.get(name)
+            out.append(TensorScale(name=name, role=tpl.role if tpl else role, dtype=dtype,
+                                   axis=tpl.axis if tpl else (0 if len(scale) > 1 else None), scale=scale, zero_point=zp,
+                                   range_min=tpl.range_min if tpl else None, range_max=tpl.range_max if tpl else None,
+                                   calibrator=tpl.calibrator if tpl else "aimet"))
+    return tuple(sorted(out, key=lambda t: t.name))

@@ -1,0 +1,134 @@
+"""Figures and thumbnails for the shift report. Plot functions take report data and return a ``Figure``.
+
+Figures are built with :class:`matplotlib.figure.Figure` (no pyplot state, never shown);
+:func:`png_bytes` renders one to PNG. Thumbnails are small JPEGs with each model's detections drawn.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.figure import Figure
+
+    from .build import ShiftReport, SiteReport
+
+COLOURS = {"fp32": "#2b8a3e", "deployed": "#e8590c", "candidate": "#1c7ed6"}
+"""Colour per model, shared by plots and thumbnails (FP32 green, deployed orange, candidate blue)."""
+
+
+def png_bytes(fig: Figure, dpi: int = 80) -> bytes:
+    """Render ``fig`` to PNG bytes (deterministic metadata: no software/date tags)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
+    return buf.getvalue()
+
+
+def score_cdf(site: SiteReport, ax: Any = None, *, threshold: float | None = None) -> Figure:
+    """Score distributions per model for one site set, from its ``score_hist.json``.
+
+    Drawn as the survival function ``1 - CDF`` (fraction of pixels scoring above ``s``) on a log axis,
+    because most pixels of a text-detection map score near 0 and the differences that matter sit in
+    the tail; ``threshold`` (e.g. FP32's binarization threshold) is marked.
+    """
+    from matplotlib.figure import Figure
+
+    fig = ax.figure if ax is not None else Figure(figsize=(4.2, 2.8), layout="constrained")
+    ax = ax or fig.subplots()
+    hist = site.score_hist or {}
+    edges = np.asarray(hist.get("bin_edges", []), float)
+    for v, counts in sorted((hist.get("counts") or {}).items()):
+        c = np.asarray(counts, float)
+        if "@" in v or c.sum() <= 0 or edges.size != c.size + 1:
+            continue
+        surv = np.clip(1.0 - np.cumsum(c) / c.sum(), 0.0, None)
+        ax.step(edges[1:], np.maximum(surv, 1e-7), where="post", label=v, color=COLOURS.get(v), lw=1.4)
+    if threshold is not None:
+        ax.axvline(threshold, color="k", ls=":", lw=1, label=f"thresh {threshold:g}")
+    ax.set_yscale("log")
+    ax.set_xlabel("output score s")
+    ax.set_ylabel("fraction of pixels > s")
+    ax.set_title(f"{site.name}: score distribution (1 - CDF)", fontsize=10)
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    return fig
+
+
+def agreement(report: ShiftReport) -> Figure:
+    """Grouped bars: pixel IoU vs FP32 per site set for deployed and candidate, with the pass line."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.0, 2.8), layout="constrained")
+    ax = fig.subplots()
+    names = [s.name for s in report.sites]
+    x = np.arange(len(names))
+    for i, v in enumerate(("deployed", "candidate")):
+        vals = [(s.variant(v).pixel_iou_vs_fp32 if s.variant(v) else np.nan) for s in report.sites]  # type: ignore[union-attr]
+        bars = ax.bar(x + (i - 0.5) * 0.38, vals, 0.38, label=v, color=COLOURS[v])
+        ax.bar_label(bars, fmt="%.2f", fontsize=8)
+    ax.axhline(report.config.min_pixel_iou, color="k", ls="--", lw=1, label=f"pass ≥ {report.config.min_pixel_iou:.2f}")
+    ax.set_xticks(x, names)
+    ax.set_ylim(0, 1.1)
+    ax.set_ylabel("pixel IoU vs FP32")
+    ax.legend(fontsize=8, loc="lower right")
+    return fig
+
+
+def drift_effects(report: ShiftReport) -> Figure:
+    """Heat map of image-statistic drift: Wasserstein effect / threshold per site set and statistic."""
+    from matplotlib.figure import Figure
+
+    sites = [s for s in report.sites if s.drift]
+    stats = sorted({e["name"] for s in sites for e in s.drift.get("statistics", [])})  # type: ignore[union-attr]
+    fig = Figure(figsize=(6.0, 0.6 + 0.3 * max(len(stats), 1)), layout="constrained")
+    ax = fig.subplots()
+    if not sites or not stats:
+        ax.text(0.5, 0.5, "no drift results", ha="center", va="center")
+        ax.set_axis_off()
+        return fig
+    grid = np.full((len(stats), len(sites)), np.nan)
+    for j, s in enumerate(sites):
+        for e in s.drift.get("statistics", []):  # type: ignore[union-attr]
+            if e["metric"] == "wasserstein" or np.isnan(grid[stats.index(e["name"]), j]):
+                grid[stats.index(e["name"]), j] = e["effect"] / e["threshold"] if e["threshold"] > 0 else (10.0 if e["effect"] > 0 else 0.0)
+    im = ax.imshow(np.clip(grid, 0, 3), cmap="RdYlGn_r", vmin=0, vmax=3, aspect="auto")
+    for (r, c), val in np.ndenumerate(grid):
+        if np.isfinite(val):
+            ax.text(c, r, f"{val:.1f}", ha="center", va="center", fontsize=7)
+    ax.set_xticks(range(len(sites)), [s.name for s in sites])
+    ax.set_yticks(range(len(stats)), stats, fontsize=8)
+    fig.colorbar(im, ax=ax, label="effect / threshold (>1 moved)")
+    return fig
+
+
+def thumbnail(image_path: Path, boxes: dict[str, Sequence[Sequence[Sequence[float]]]], max_side: int, quality: int = 70) -> bytes | None:
+    """JPEG thumbnail (longest side ``max_side`` px) with each model's polygons drawn in its colour.
+
+    ``boxes`` are ``{variant: [[[x, y], ...], ...]}`` in the image file's pixel coordinates. Returns
+    ``None`` when the image cannot be read (the report shows the name instead).
+    """
+    import cv2
+
+    from ..errors import InputFileError
+    from ..imageio import load_image
+
+    try:
+        img = load_image(image_path)
+    except InputFileError:
+        return None
+    h, w = img.shape[:2]
+    s = min(1.0, max_side / max(h, w))
+    small = cv2.resize(img, (max(1, round(w * s)), max(1, round(h * s))), interpolation=cv2.INTER_AREA) if s < 1 else img.copy()
+    for v in ("fp32", "deployed", "candidate"):
+        colour = tuple(int(COLOURS[v][i : i + 2], 16) for i in (1, 3, 5))
+        for poly in boxes.get(v, []):
+            pts = np.round(np.asarray(poly, float) * s).astype(np.int32).reshape(-1, 1, 2)
+            cv2.polylines(small, [pts], True, colour, 1 if v == "fp32" else 2)
+    ok, buf = cv2.imencode(".jpg", cv2.cvtColor(small, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, quality])
+    return buf.tobytes() if ok else None

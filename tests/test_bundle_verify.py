@@ -1,0 +1,275 @@
+"""quantkit.bundle.verify / archive and ``quantkit verify``: a good bundle passes, each fault is named."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+from test_bundle_fixtures import (
+    load_npy,
+    make_pipeline,
+    npy,
+    raw_tar,
+    read_members,
+    repack,
+)
+
+from quantkit.bundle import (
+    VerifyConfig,
+    build_bundle,
+    load_profile,
+    safe_extract,
+    verify_bundle,
+)
+from quantkit.cli.main import main
+from quantkit.errors import ConfigError, InputFileError, VerificationError
+
+
+@pytest.fixture(scope="module")
+def pipe(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return make_pipeline(tmp_path_factory.mktemp("pipe"))
+
+
+@pytest.fixture(scope="module")
+def bundle(pipe: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_bundle(pipe["deployed"], pipe["thresholds"], pipe["intake"], pipe["golden"], tmp_path_factory.mktemp("d") / "dist").path
+
+
+def _failed(report) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for c in report.failures:
+        out.setdefault(c.kind, []).append(f"{c.name}: {c.detail}")
+    return out
+
+
+def test_good_bundle_verifies(bundle: Path, capsys) -> None:
+    report = verify_bundle(bundle)
+    assert report.ok and report.error() is None
+    kinds = {c.kind for c in report.checks if c.status == "pass"}
+    assert {"archive", "digest", "binding", "runtime", "support", "output", "decision"} <= kinds
+    assert sum(c.kind == "output" and c.status == "pass" for c in report.checks) == 4
+    # the CLI accepts the archive, its folder or bundle.json; prints the table; exit 0
+    for target in (bundle, bundle.parent, bundle.parent / "bundle.json"):
+        assert main(["verify", str(target)]) == 0
+        out = capsys.readouterr().out
+        assert "VERIFIED" in out and "FAIL" not in out
+    assert main(["verify", str(bundle), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ok"] is True
+
+
+def test_swapped_model_file_is_named(bundle: Path, pipe, tmp_path: Path, capsys) -> None:
+    members = read_members(bundle)
+    members["model_int8.onnx"] = (pipe["other"] / "model_int8.onnx").read_bytes()
+    # without touching the manifest: the digest check names the member and nothing is run
+    plain = repack(members, tmp_path / "a", update_manifest=False)
+    r = verify_bundle(plain)
+    assert [c.name for c in r.failures] == ["model_int8.onnx"] and r.failures[0].kind == "digest"
+    assert any(c.kind == "output" and c.status == "skip" for c in r.checks)
+    # an "honest" rebuild with the wrong model: the binding names it and goldens differ
+    honest = repack(members, tmp_path / "b", update_manifest=True)
+    r = verify_bundle(honest)
+    f = _failed(r)
+    assert any("model_int8.onnx" in s and "swapped" in s for s in f["binding"])
+    assert "output" in f and r.divergence is not None
+    assert main(["verify", str(honest)]) == 4
+    captured = capsys.readouterr()
+    assert "FAILED" in captured.out and len(captured.err.strip().splitlines()) == 1 and "model_int8.onnx" in captured.err
+
+
+def test_thresholds_from_another_calibration_are_named(bundle: Path, pipe, tmp_path: Path) -> None:
+    members = read_members(bundle)
+    members["thresholds.json"] = pipe["other_thresholds"].read_bytes()
+    r = verify_bundle(repack(members, tmp_path, update_manifest=True))
+    f = _failed(r)
+    assert any(s.startswith("thresholds.json") and "another calibration" in s for s in f["binding"])
+    assert "record/thresholds loaders" in " ".join(f["binding"])  # ThresholdSet.check_binding agrees
+    assert isinstance(r.error(), VerificationError) and r.error().exit_code == 4
+
+
+def test_changed_golden_output_is_named(bundle: Path, tmp_path: Path) -> None:
+    members = read_members(bundle)
+    name = "golden/0002/int8/000.npy"
+    arr = load_npy(members[name]).copy()
+    arr[0, 0, 5, 7] += 0.05
+    members[name] = npy(arr)
+    r = verify_bundle(repack(members, tmp_path / "a", update_manifest=False))
+    assert [(c.kind, c.name) for c in r.failures] == [("digest", name)]
+    r = verify_bundle(repack(members, tmp_path / "b", update_manifest=True))
+    assert [(c.kind, c.name) for c in r.failures] == [("output", "0002 prob")]
+    assert "0.05" in r.failures[0].detail[:40] or "> 0.00392" in r.failures[0].detail
+    # the model is fine, so no recorded activation diverges
+    layer = [c for c in r.checks if c.kind == "layer"]
+    assert layer and layer[0].status == "warn" and r.divergence is None
+
+
+def test_layerwise_localisation_names_first_diverging_tensor(bundle: Path, tmp_path: Path) -> None:
+    """Corrupting conv2's int8 weights leaves 'r' intact and makes 'logits' the first divergent tensor."""
+    members = read_members(bundle)
+    model = onnx.load_from_string(members["model_int8.onnx"])
+    w = next(i for i in model.graph.initializer if i.name == "w2_quantized")
+    arr = numpy_helper.to_array(w).copy()
+    arr = -arr
+    w.CopyFrom(numpy_helper.from_array(arr, w.name))
+    members["model_int8.onnx"] = model.SerializeToString()
+    r = verify_bundle(repack(members, tmp_path, update_manifest=True))
+    assert r.divergence is not None and r.divergence.tensor == "logits"
+    layer = next(c for c in r.checks if c.kind == "layer")
+    assert layer.status == "fail" and "'logits'" in layer.detail
+    assert "logits" in str(r.error())
+
+
+def test_runtime_missing_an_operator_via_profile(bundle: Path, tmp_path: Path, capsys) -> None:
+    full = {"name": "board-ok", "ops": {"Conv": [11, 21], "QuantizeLinear": [13, 18], "DequantizeLinear": [13, 18], "Sigmoid": [13, 21]}}
+    (tmp_path / "ok.json").write_text(json.dumps(full))
+    assert verify_bundle(bundle, VerifyConfig(target=str(tmp_path / "ok.json"))).ok
+    lacking = {"name": "board-x", "ops": {k: v for k, v in full["ops"].items() if k != "Sigmoid"}}
+    (tmp_path / "x.json").write_text(json.dumps(lacking))
+    r = verify_bundle(bundle, VerifyConfig(target=str(tmp_path / "x.json")))
+    assert [(c.kind, c.name) for c in r.failures] == [("support", "profile board-x")]
+    assert "Sigmoid not supported" in r.failures[0].detail
+    assert main(["verify", str(bundle), "--target", str(tmp_path / "x.json")]) == 5
+    assert "Sigmoid" in capsys.readouterr().err
+    old = {"name": "old", "ops": full["ops"], "opset": {"ai.onnx": 12}}
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    assert "opset ai.onnx 13 > 12" in verify_bundle(bundle, VerifyConfig(target=str(tmp_path / "old.json"))).failures[0].detail
+
+
+def test_target_in_quantkit_profiles_format(bundle: Path, tmp_path: Path, capsys) -> None:
+    """Profiles in quantkit/profiles' format (and packaged names) go through quantkit.intake.support."""
+    ops = {"Conv": {"opsets": [11, None]}, "QuantizeLinear": {}, "DequantizeLinear": {}, "Sigmoid": {"opsets": [6, None]}}
+    (tmp_path / "ok.json").write_text(json.dumps({"schema_version": 1, "name": "ok", "ops": ops}))
+    r = verify_bundle(bundle, VerifyConfig(target=str(tmp_path / "ok.json")))
+    assert r.ok and any(c.kind == "support" and c.name == "target ok" and c.status == "pass" for c in r.checks)
+    del ops["Sigmoid"]
+    (tmp_path / "nosig.json").write_text(json.dumps({"schema_version": 1, "name": "nosig", "ops": ops}))
+    r = verify_bundle(bundle, VerifyConfig(target=str(tmp_path / "nosig.json")))
+    assert [(c.kind, c.name) for c in r.failures] == [("support", "target nosig")] and "Sigmoid (unsupported_op)" in r.failures[0].detail
+    assert r.error().exit_code == 5
+    assert main(["verify", str(bundle), "--target", "no-such-board"]) == 2
+    assert "unknown target" in capsys.readouterr().err
+
+
+def test_malformed_profile_and_missing_bundle_are_user_errors(bundle: Path, tmp_path: Path, capsys) -> None:
+    (tmp_path / "bad.json").write_text(json.dumps({"ops": {"Conv": "all"}}))
+    with pytest.raises(ConfigError, match="ops.Conv"):
+        load_profile(tmp_path / "bad.json")
+    with pytest.raises(InputFileError, match="not found"):
+        verify_bundle(tmp_path / "nope.tar")
+    assert main(["verify", str(tmp_path / "nope.tar")]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_unavailable_provider_fails(bundle: Path) -> None:
+    r = verify_bundle(bundle, VerifyConfig(providers=("NoSuchExecutionProvider",)))
+    assert [(c.kind, c.name) for c in r.failures] == [("runtime", "providers")]
+
+
+def test_truncated_archive_is_detected(bundle: Path, tmp_path: Path, capsys) -> None:
+    cut = tmp_path / bundle.name
+    cut.write_bytes(bundle.read_bytes()[: bundle.stat().st_size // 2])
+    r = verify_bundle(cut)
+    assert r.failures[0].kind == "archive" and "truncated" in r.failures[0].detail
+    assert main(["verify", str(cut)]) == 4
+    # renamed (not content-addressed): per-member checks still catch it
+    renamed = tmp_path / "copy.tar"
+    renamed.write_bytes(bundle.read_bytes()[:-20000])
+    r = verify_bundle(renamed)
+    assert not r.ok and r.checks[0].status == "warn"
+    capsys.readouterr()
+
+
+def _info(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+    i = tarfile.TarInfo(name)
+    i.type = kind
+    i.linkname = link
+    return i
+
+
+MANIFEST = json.dumps({"format": "quantkit-bundle", "members": {"a.txt": {"sha256": "0" * 64, "size": 1}}}).encode()
+
+
+@pytest.mark.parametrize("entry, why", [
+    ((_info("../evil.txt"), b"x"), "escapes"),
+    ((_info("/tmp/evil.txt"), b"x"), "absolute"),
+    ((_info("sub/../../evil.txt"), b"x"), "escapes"),
+    ((_info("link", tarfile.SYMTYPE, "/etc/passwd"), None), "symlink"),
+    ((_info("hard", tarfile.LNKTYPE, "manifest.json"), None), "hardlink"),
+    ((_info("dev", tarfile.CHRTYPE), None), "device"),
+    ((_info("fifo", tarfile.FIFOTYPE), None), "FIFO"),
+    ((_info("extra.txt"), b"x"), "not listed"),
+    ((_info("manifest.json"), MANIFEST), "twice"),
+])
+def test_unsafe_archives_are_rejected_before_writing(tmp_path: Path, entry, why: str) -> None:
+    bad = raw_tar(tmp_path / "bad.tar", [(_info("manifest.json"), MANIFEST), (_info("a.txt"), b"a"), entry])
+    dest = tmp_path / "x" / "out"
+    with pytest.raises(VerificationError, match=why):
+        safe_extract(bad, dest)
+    assert not (tmp_path / "evil.txt").exists() and not Path("/tmp/evil.txt").exists()
+    assert list(dest.iterdir()) == []  # nothing was written
+
+
+def test_path_escape_bundle_fails_verification(tmp_path: Path, capsys) -> None:
+    bad = raw_tar(tmp_path / "bundle.tar", [(_info("manifest.json"), MANIFEST), (_info("a.txt"), b"a"), (_info("../escape.txt"), b"x")])
+    r = verify_bundle(bad)
+    assert r.failures[0].kind == "archive" and "escape.txt" in r.failures[0].detail
+    assert main(["verify", str(bad)]) == 4
+    assert "escape.txt" in capsys.readouterr().err
+    assert not (tmp_path / "escape.txt").exists() and not any(p.name == "escape.txt" for p in Path(os.sep, "tmp").iterdir())
+
+
+def test_pickled_array_is_never_loaded(bundle: Path, tmp_path: Path) -> None:
+    members = read_members(bundle)
+    import io
+    buf = io.BytesIO()
+    np.save(buf, np.array([{"evil": 1}], dtype=object), allow_pickle=True)
+    members["golden/0000/int8/000.npy"] = buf.getvalue()
+    r = verify_bundle(repack(members, tmp_path, update_manifest=True))
+    assert ("output", "0000 prob") in [(c.kind, c.name) for c in r.failures]
+    assert "missing" in next(c.detail for c in r.failures if c.name == "0000 prob")
+
+
+def test_decision_level_mismatch_and_adapter_fallback(bundle: Path, tmp_path: Path, monkeypatch) -> None:
+    members = read_members(bundle)
+    man = json.loads(members["manifest.json"])
+    dec = man["golden"]["samples"][1]["decision_int8"]
+    dec["labels"] = dec["labels"] + [0]
+    members["manifest.json"] = json.dumps(man).encode()
+    tampered = repack(members, tmp_path, update_manifest=False)
+    r = verify_bundle(tampered)
+    assert [(c.kind, c.name) for c in r.failures] == [("decision", "0001")] and "items" in r.failures[0].detail
+    # without quantkit.thresholds.adapters: tensor-level only, decisions skipped, bundle still passes
+    monkeypatch.setitem(sys.modules, "quantkit.thresholds.adapters", None)
+    r = verify_bundle(bundle)
+    assert r.ok and all(c.status == "skip" for c in r.checks if c.kind == "decision")
+    assert any("tensor-level" in c.detail for c in r.checks if c.kind == "decision")
+
+
+def test_runtime_version_difference_warns_or_fails(bundle: Path, tmp_path: Path, capsys) -> None:
+    members = read_members(bundle)
+    man = json.loads(members["manifest.json"])
+    man["runtime"]["onnxruntime"] = "1.0.0"
+    members["manifest.json"] = json.dumps(man).encode()
+    other = repack(members, tmp_path, update_manifest=False)
+    r = verify_bundle(other)
+    row = next(c for c in r.checks if c.name == "onnxruntime")
+    assert r.ok and row.status == "warn" and "1.0.0" in row.detail
+    assert main(["verify", str(other), "--require-same-runtime"]) == 4
+    assert "onnxruntime" in capsys.readouterr().err
+
+
+def test_verify_config_roundtrip_and_params_section() -> None:
+    from quantkit.config import load_params
+
+    cfg = VerifyConfig(providers=("CPUExecutionProvider",), tolerance_steps=2.0)
+    assert VerifyConfig.from_dict(cfg.to_dict()) == cfg
+    params = Path(__file__).resolve().parents[1] / "params.yaml"
+    assert VerifyConfig.from_dict(load_params(params, "bundle.verify")).providers == ("CPUExecutionProvider",)
+    with pytest.raises(ConfigError, match="providers"):
+        VerifyConfig(providers=())

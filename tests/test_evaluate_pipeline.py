@@ -1,0 +1,228 @@
+"""bind + evaluate on the real PP-OCR detector at 128x128 (stand-in quantized folders built with ORT)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from quantkit._io import sha256_file
+from quantkit.cli.main import main
+from quantkit.errors import BindingMismatchError, CalibrationSetError
+from quantkit.note import ExportNote, Preprocessing
+
+SIZE = 128
+WORDS = ["LOT 4521", "SN 88A", "EXP 2031", "A7-33", "B 902", "QC OK"]
+
+
+def _draw(path: Path, seed: int, dark: bool = False) -> list:
+    from PIL import Image, ImageDraw
+
+    rng = np.random.default_rng(seed)
+    bg = tuple(int(v) for v in rng.integers(150, 230, 3))
+    im = Image.new("RGB", (SIZE, SIZE), bg)
+    d = ImageDraw.Draw(im)
+    boxes = []
+    for k in range(2):
+        x, y = int(rng.integers(4, 30)), 14 + 56 * k + int(rng.integers(0, 10))
+        text = WORDS[(seed + k) % len(WORDS)]
+        l, t, r, b = d.textbbox((x, y), text, font_size=18)
+        d.text((x, y), text, fill=(10, 10, 10), font_size=18)
+        boxes.append([[l, t], [r, t], [r, b], [l, b]])
+    arr = np.asarray(im).astype(np.float32)
+    if dark:
+        arr = arr * 0.3 + rng.normal(0, 4, arr.shape)
+    Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8)).save(path)
+    return boxes
+
+
+def _make_set(root: Path, name: str, seeds: list[int], dark: bool = False, kind: str = "site", labelled: bool = True):
+    from quantkit.calibset import register_set
+
+    (root / "images").mkdir(parents=True)
+    labels = {}
+    for s in seeds:
+        rel = f"images/{s:04d}.png"
+        boxes = _draw(root / rel, s, dark)
+        labels[rel] = boxes
+    return register_set(root, name=name, kind=kind, camera="cam1", lighting="night" if dark else "day",
+                        labels=labels if labelled else None).set
+
+
+def _quantize(src: Path, sset_dir: Path, out: Path, note: ExportNote) -> None:
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    from quantkit.calibset import CalibrationSet
+    from quantkit.calibset.reader import CalibrationSetReader
+
+    cset = CalibrationSet.load(sset_dir)
+    out.mkdir(parents=True)
+    quantize_static(str(src), str(out / "model_int8.onnx"), CalibrationSetReader(cset, note.preprocessing),
+                    quant_format=QuantFormat.QDQ, per_channel=False, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    import onnx
+
+    from quantkit.quantize.record import CalibrationRecord, extract_scales
+
+    tensors = extract_scales(onnx.load(str(out / "model_int8.onnx")), onnx.load(str(src)), calibrator="minmax")
+    cs = {"path": str(sset_dir), "set_id": cset.set_id, "name": cset.name, "camera": cset.camera, "lighting": cset.lighting, "count": cset.count}
+    digest = sha256_file(src)
+    CalibrationRecord(fingerprint=CalibrationRecord.compute_fingerprint(tensors, digest, cset.set_id, "test"), model_digest=digest,
+                      quantized_model_digest=sha256_file(out / "model_int8.onnx"), calibration_set=cs, config={}, config_hash="test",
+                      opset_before=12, opset_after=12, versions={}, tensors=tensors).save(out / "record.json")
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    from quantkit.demo import packaged_model_path
+
+    root = tmp_path_factory.mktemp("pipe")
+    intake = root / "intake"
+    intake.mkdir()
+    shutil.copy(packaged_model_path(), intake / "model.onnx")
+    note = ExportNote(preprocessing=Preprocessing(input_size=(SIZE, SIZE), resize_policy="stretch"))
+    note.save(intake / "export_note.json")
+    _make_set(root / "calib-day", "calib-day", [1, 2], kind="calibration")
+    _make_set(root / "calib-night", "calib-night", [3, 4], dark=True, kind="calibration")
+    _make_set(root / "ref-day", "ref-day", [5, 6, 7], kind="reference")
+    _make_set(root / "site-night", "site-night", [8, 9], dark=True)
+    _quantize(intake / "model.onnx", root / "calib-day", root / "q" / "deployed", note)
+    _quantize(intake / "model.onnx", root / "calib-night", root / "q" / "candidate", note)
+    params = root / "params.yaml"
+    params.write_text("thresholds:\n  adapter: db_text\n  options: {thresh: 0.3, box_thresh: 0.5, unclip_ratio: 1.6}\n"
+                      "  operating_point: {mode: keep_fp32, grid_step: 0.02, bootstrap_resamples: 200}\n")
+    return root
+
+
+def _bind(w: Path, role: str, ref: str = "ref-day", *extra: str) -> int:
+    return main(["bind", str(w / "q" / role), "--fp32", str(w / "intake"), "--reference", str(w / ref), "--params", str(w / "params.yaml"),
+                 "--history", str(w / f"hist-{role}.jsonl"), "--out", str(w / "th" / f"{role}.json"), *extra])
+
+
+def _eval_args(w: Path, out: Path, dep_th: str = "deployed", site: str = "site-night") -> list[str]:
+    return ["evaluate", str(w / site), "--fp32", str(w / "intake"), "--deployed", str(w / "q/deployed"),
+            "--deployed-thresholds", str(w / "th" / f"{dep_th}.json"), "--candidate", str(w / "q/candidate"),
+            "--candidate-thresholds", str(w / "th/candidate.json"), "--params", str(w / "params.yaml"), "--out", str(out)]
+
+
+@pytest.mark.slow
+def test_bind_writes_bound_thresholds_with_integer_domain_and_history(work, capsys):
+    from quantkit.thresholds import ThresholdSet, load_record
+
+    assert _bind(work, "deployed") == 0 and _bind(work, "candidate") == 0
+    ts = ThresholdSet.load(work / "th/deployed.json")
+    rec = load_record(work / "q/deployed")
+    assert ts.binding.record_fingerprint == rec.fingerprint and ts.binding.calibration_set_name == "calib-day"
+    assert set(ts.values) == {"thresh", "box_thresh"} and ts.fp32_values == {"thresh": 0.3, "box_thresh": 0.5}
+    sig = rec.tensor("sigmoid_0.tmp_0")
+    for name, cmp in [("thresh", ">"), ("box_thresh", ">=")]:
+        it = ts.integer(name)
+        assert (it.tensor, it.dtype, it.comparison) == ("sigmoid_0.tmp_0", "uint8", cmp)
+        assert it.scale == pytest.approx(sig["scale"][0]) and it.zero_point == sig["zero_point"][0]
+    op = ts.operating_point
+    assert op["mode"] == "keep_fp32" and op["reference_set"]["name"] == "ref-day"
+    for key in ("pixel_iou_vs_fp32", "agreement_vs_fp32"):
+        assert {"chosen", "fp32_thresholds"} <= set(op[key])
+    pix = op["pixel_iou_vs_fp32"]
+    assert pix["chosen"]["ci"][0] <= pix["chosen"]["value"] <= pix["chosen"]["ci"][1]
+    assert pix["chosen"]["value"] >= pix["fp32_thresholds"]["value"]  # the search includes the FP32 value
+    # deterministic bytes; a re-run appends nothing to the history
+    before = (work / "th/deployed.json").read_bytes()
+    assert _bind(work, "deployed") == 0 and (work / "th/deployed.json").read_bytes() == before
+    lines = (work / "hist-deployed.jsonl").read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["reason"] == "first binding"
+
+
+@pytest.mark.slow
+def test_history_records_a_recalibration_and_old_set_is_refused(work, capsys):
+    from quantkit.thresholds import load_threshold_set
+
+    assert _bind(work, "deployed") == 0
+    # "recalibrate" the deployed role: its folder now holds the night calibration
+    recal = work / "q" / "recal"
+    shutil.copytree(work / "q" / "candidate", recal)
+    hist = work / "hist-deployed.jsonl"
+    first = hist.read_text()
+    rc = main(["bind", str(recal), "--fp32", str(work / "intake"), "--reference", str(work / "ref-day"), "--params",
+               str(work / "params.yaml"), "--history", str(hist), "--out", str(work / "th" / "recal.json")])
+    assert rc == 0
+    text = hist.read_text()
+    assert text.startswith(first)  # earlier lines untouched
+    last = json.loads(text.splitlines()[-1])
+    assert "calibration set changed: calib-day" in last["reason"] and "calib-night" in last["reason"]
+    assert "previous_thresholds" in load_threshold_set(work / "th" / "recal.json").operating_point["thresholds"]
+    with pytest.raises(BindingMismatchError, match=r"derived for calibration 'calib-day'.*quantkit bind"):
+        load_threshold_set(work / "th/deployed.json", recal)
+
+
+@pytest.mark.slow
+def test_evaluate_writes_the_contract_folder(work, capsys):
+    assert _bind(work, "deployed") == 0 and _bind(work, "candidate") == 0
+    out = work / "eval" / "site-night"
+    assert main(_eval_args(work, out)) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["detections.json", "per_image.csv", "score_hist.json", "summary.json"]
+    rows = list(csv.DictReader((out / "per_image.csv").open()))
+    variants = ["fp32", "deployed", "candidate", "deployed@fp32-thresholds", "candidate@fp32-thresholds"]
+    assert [r["variant"] for r in rows[:5]] == variants and len(rows) == 2 * 5
+    assert list(rows[0])[:9] == ["image", "variant", "n_detections", "pixel_iou_vs_fp32", "box_f1_vs_fp32", "tp", "fp", "fn", "latency_ms"]
+    fp = [r for r in rows if r["variant"] == "fp32"]
+    assert all(float(r["pixel_iou_vs_fp32"]) == 1.0 and float(r["box_f1_vs_fp32"]) == 1.0 for r in fp)
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["variants"]) == set(variants) and summary["labelled"] is True
+    s = summary["variants"]["deployed"]
+    inter = sum(int(r["pixel_intersection"]) for r in rows if r["variant"] == "deployed")
+    union = sum(int(r["pixel_union"]) for r in rows if r["variant"] == "deployed")
+    assert s["pixel_iou_vs_fp32"] == pytest.approx(inter / union, abs=1e-6)
+    assert summary["variants"]["fp32"]["recall"] > 0.5  # the detector finds the rendered text
+    hist = json.loads((out / "score_hist.json").read_text())
+    assert len(hist["bin_edges"]) == 1001 and set(hist["counts"]) == {"fp32", "deployed", "candidate"}
+    assert sum(hist["counts"]["fp32"]) == 2 * SIZE * SIZE
+    det = json.loads((out / "detections.json").read_text())
+    poly = det["images"]["images/0008.png"]["fp32"]["polygons"]
+    assert poly and all(isinstance(v, int) for v in np.ravel(poly).tolist())
+
+
+@pytest.mark.slow
+def test_evaluate_refuses_mismatched_thresholds_and_bad_sets_without_output(work, capsys, tmp_path):
+    assert _bind(work, "deployed") == 0 and _bind(work, "candidate") == 0
+    out = tmp_path / "eval"
+    # candidate thresholds passed as the deployed ones: refused before inference, exit 3, nothing written
+    assert main(_eval_args(work, out, dep_th="candidate")) == 3
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "calib-night" in err and "quantkit bind" in err
+    assert not out.exists()
+    empty = tmp_path / "empty-site"
+    (empty / "images").mkdir(parents=True)
+    args = _eval_args(work, out)
+    args[1] = str(empty)
+    assert main(args) == 2
+    assert "manifest.json" in capsys.readouterr().err and not out.exists()
+
+
+@pytest.mark.slow
+def test_label_modes_guard_their_inputs(work, tmp_path):
+    from quantkit.config import load_params
+    from quantkit.thresholds import ThresholdsConfig, bind
+
+    cfg = ThresholdsConfig.from_dict(load_params(work / "params.yaml", "thresholds"))
+    neg = tmp_path / "neg"
+    (neg / "images").mkdir(parents=True)
+    from PIL import Image
+
+    Image.new("RGB", (SIZE, SIZE), (120, 130, 140)).save(neg / "images" / "0.png")
+    from quantkit.calibset import register_set
+
+    register_set(neg, name="neg", kind="reference", labels={"images/0.png": []})
+    far = cfg.replace(operating_point=cfg.operating_point.replace(mode="fixed_far", target_far=0.1))
+    with pytest.raises(CalibrationSetError, match="needs >= 10 negative images, the set has 1"):
+        bind(work / "q/deployed", work / "intake", neg, far, tmp_path / "t.json")
+    f1 = cfg.replace(operating_point=cfg.operating_point.replace(mode="best_f1"))
+    with pytest.raises(CalibrationSetError, match="no positive boxes"):
+        bind(work / "q/deployed", work / "intake", neg, f1, tmp_path / "t.json")
+    assert not (tmp_path / "t.json").exists()
+    r = bind(work / "q/deployed", work / "intake", work / "ref-day", f1, tmp_path / "t.json")
+    gt = r.threshold_set.operating_point["vs_ground_truth"]["chosen"]
+    assert gt["recall"]["value"] > 0.5 and gt["f1"]["ci"][0] <= gt["f1"]["value"] <= gt["f1"]["ci"][1]

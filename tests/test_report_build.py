@@ -1,0 +1,142 @@
+"""Shift report: verdict first, metrics for DVC, self-contained HTML, atomic output, CLI errors."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from quantkit.cli.main import main
+from quantkit.errors import ConfigError, InputFileError
+from quantkit.report import ReportConfig, ReportInputs, build_report, make_report
+from quantkit.report.build import scale_moves, threshold_table
+from quantkit.report.synthetic import write_inputs
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory) -> dict[str, Path]:
+    return write_inputs(tmp_path_factory.mktemp("inputs"), images_per_site=5)
+
+
+def _inputs(p: dict[str, Path]) -> ReportInputs:
+    return ReportInputs(p["eval"], p["drift"], p["deployed"], p["deployed_thresholds"], p["candidate"], p["candidate_thresholds"], p["site_sets"])
+
+
+def _args(p: dict[str, Path], out: Path) -> list[str]:
+    return ["report", "--eval", str(p["eval"]), "--drift", str(p["drift"]), "--deployed", str(p["deployed"]),
+            "--deployed-thresholds", str(p["deployed_thresholds"]), "--candidate", str(p["candidate"]),
+            "--candidate-thresholds", str(p["candidate_thresholds"]), "--site-sets", str(p["site_sets"]), "--out", str(out)]
+
+
+def test_verdict_tells_the_lighting_story(paths):
+    r = build_report(_inputs(paths))
+    assert r.decision == "needs review"
+    night = next(v for v in r.verdict if v.startswith("On cam1-night"))
+    assert "calibrated on cam1-day" in night and "lighting changed" in night and "brightness fell 68%" in night
+    assert re.search(r"IoU 0\.[78]\d vs 0\.9\d on cam1-day", night)
+    assert re.search(r"^Recalibrating on cam1-night raises agreement on cam1-night to 0\.9\d but lowers cam1-day to 0\.[67]\d", r.verdict[-1])
+    assert r.verdict[-1].endswith("needs review.")
+    assert "0.90" in r.rule and "params.yaml: report" in r.rule
+    assert r.sites[1].variant("deployed").status in ("amber", "red")
+    assert r.sites[1].variant("candidate").status == "green"
+
+
+def test_metrics_are_numbers_per_site_and_variant(paths):
+    m = build_report(_inputs(paths)).metrics_dict()
+    assert set(m) == {"cam1-day", "cam1-night", "cam2-day", "verdict"}
+    dep = m["cam1-night"]["deployed"]
+    for key in ("pixel_iou_vs_fp32", "detections_per_image", "precision", "recall", "f1", "score_psi", "score_ks", "score_wasserstein", "status_code"):
+        assert isinstance(dep[key], (int, float)) and not isinstance(dep[key], bool)
+    assert m["cam1-night"]["drift"]["recalibrate"] is True and m["cam1-day"]["drift"]["recalibrate"] is False
+    assert "score_psi" not in m["cam1-day"]["fp32"]  # FP32 is the reference
+    assert m["verdict"] == {"candidate_acceptable": False, "needs_review": True}
+    assert all(not isinstance(v, str) for site in m.values() for node in site.values() for v in (node.values() if isinstance(node, dict) else [node]))
+
+
+def test_threshold_and_scale_tables():
+    dep = {"values": {"thresh": 0.3}, "fp32_values": {"thresh": 0.3}, "integer_domain": {"thresh": {"tensor": "p", "dtype": "uint8", "value": 77}}}
+    cand = {"values": {"thresh": 0.27}, "integer_domain": {"thresh": {"tensor": "p", "dtype": "uint8", "value": 69}}}
+    assert threshold_table(dep, cand) == [{"name": "thresh", "fp32": 0.3, "deployed": 0.3, "deployed_int": 77, "candidate": 0.27, "candidate_int": 69, "dtype": "uint8", "tensor": "p", "comparison": ""}]
+    def t(name: str, *scale: float) -> dict:
+        return {"name": name, "role": "activation", "dtype": "uint8", "axis": None if len(scale) == 1 else 1, "scale": list(scale), "zero_point": [0] * len(scale)}
+
+    a = {"tensors": [t("t1", 0.1), t("t2", 0.1, 0.2), t("t3", 0.1), t("only_a", 0.1)]}
+    b = {"tensors": [t("t1", 0.1), t("t2", 0.4, 0.8), t("t3", 0.05)]}
+    rows = scale_moves(a, b, top=2)
+    assert [r["tensor"] for r in rows] == ["t2", "t3"]
+    assert rows[0]["ratio"] == pytest.approx(4.0) and rows[0]["rel_change"] == pytest.approx(3.0) and rows[1]["log2_ratio"] == pytest.approx(-1.0)
+
+
+def test_files_are_written_self_contained_and_deterministic(paths, tmp_path):
+    out = tmp_path / "reports"
+    make_report(_inputs(paths), ReportConfig(), out)
+    html = (out / "shift_report.html").read_text(encoding="utf-8")
+    body = html.split("<body>", 1)[1]
+    assert body.lower().index("needs review") < body.index("At a glance")  # verdict first
+    assert not re.search(r"""(src|href)=["'](?!data:)""", html) and "http" not in body and "<script" not in html
+    assert html.count('src="data:image/png;base64,') >= 5 and html.count('src="data:image/jpeg;base64,') == 9
+    assert len(html.encode()) < 5_000_000
+    md = (out / "shift_report.md").read_text()
+    assert md.startswith("# Quantization shift report\n\n**NEEDS REVIEW**") and "| cam1-night | deployed |" in md
+    plots = sorted(p.name for p in (out / "plots").iterdir())
+    assert "agreement.csv" in plots and "score_cdf-cam1-night-deployed.csv" in plots
+    cdf = (out / "plots" / "score_cdf-cam1-night-deployed.csv").read_text().splitlines()
+    assert cdf[0] == "score,cdf" and cdf[-1].endswith(",1")
+    first = {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.suffix != ".html"}
+    make_report(_inputs(paths), ReportConfig(), out)
+    assert first == {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.suffix != ".html"}
+
+
+def test_failure_leaves_previous_report_intact(paths, tmp_path):
+    out = tmp_path / "reports"
+    make_report(_inputs(paths), ReportConfig(), out)
+    before = (out / "metrics.json").read_bytes()
+    broken = tmp_path / "eval"
+    (broken / "cam1-day").mkdir(parents=True)
+    (broken / "cam1-day" / "per_image.csv").write_text("image,variant\n")
+    bad = ReportInputs(broken, paths["drift"], paths["deployed"], paths["deployed_thresholds"])
+    with pytest.raises(InputFileError, match="per_image.csv: column 'n_detections' missing; rerun 'quantkit evaluate'"):
+        make_report(bad, ReportConfig(), out)
+    assert (out / "metrics.json").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["eval", "reports"]  # no temp folders left
+
+
+def test_tampered_record_is_refused(paths, tmp_path):
+    import shutil
+
+    dep = tmp_path / "deployed"
+    shutil.copytree(paths["deployed"], dep)
+    rec = json.loads((dep / "record.json").read_text())
+    rec["tensors"][0]["scale"] = [1.0]
+    (dep / "record.json").write_text(json.dumps(rec))
+    bad = ReportInputs(paths["eval"], paths["drift"], dep, paths["deployed_thresholds"])
+    with pytest.raises(InputFileError, match="fingerprint does not match"):
+        build_report(bad)
+
+
+def test_config_validation():
+    with pytest.raises(ConfigError, match="report.min_pixel_iou"):
+        ReportConfig(min_pixel_iou=1.5)
+    with pytest.raises(ConfigError, match="unknown option 'min_iou'"):
+        ReportConfig.from_dict({"min_iou": 0.9})
+
+
+def test_cli_report_and_bad_inputs(paths, tmp_path, capsys):
+    out = tmp_path / "reports"
+    assert main(_args(paths, out)) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("NEEDS REVIEW") and "On cam1-night" in text
+    assert json.loads((out / "metrics.json").read_text())["cam1-night"]["candidate"]["status_code"] == 0
+
+    missing = tmp_path / "none"
+    args = _args(paths, missing)
+    args[args.index("--eval") + 1] = str(tmp_path / "no-eval")
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "evaluation folder not found" in err and len(err.strip().splitlines()) == 1 and not missing.exists()
+
+    args = _args(paths, missing)[:-6] + ["--candidate", str(paths["candidate"]), "--out", str(missing)]
+    assert main(args) == 2 and "--candidate-thresholds go together" in capsys.readouterr().err
+    assert not missing.exists()

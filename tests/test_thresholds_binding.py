@@ -1,0 +1,95 @@
+"""ThresholdSet: canonical JSON, fingerprint, binding refusal, history; re-derivation through the generic path."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from quantkit.errors import BindingMismatchError, InputFileError
+from quantkit.note import Transform
+from quantkit.thresholds import (Binding, BoxDetectorAdapter, ClassifierAdapter, ModelPass, OperatingPointConfig, RecordView,
+                                 ThresholdSet, append_history, derive_operating_point, integer_threshold, read_history)
+
+
+def _record(fp: str = "a" * 64, name: str = "cam1-day", set_id: str = "s" * 64) -> RecordView:
+    return RecordView(Path("work/quantize/deployed/record.json"), fp, "m" * 64, "", {"name": name, "set_id": set_id}, {})
+
+
+def _ts(**kw) -> ThresholdSet:
+    it = integer_threshold(0.3, tensor="sigmoid_0.tmp_0", scale=1 / 255, zero_point=0, dtype="u8").to_dict()
+    base = dict(adapter="db_text", options={"unclip_ratio": 1.6}, values={"thresh": 0.3, "box_thresh": 0.5},
+                fp32_values={"thresh": 0.3, "box_thresh": 0.5}, integer_domain={"thresh": it},
+                binding=Binding(model_digest="m" * 64, record_fingerprint="a" * 64, calibration_set_id="s" * 64, calibration_set_name="cam1-day"),
+                operating_point={"mode": "keep_fp32"})
+    base.update(kw)
+    return ThresholdSet(**base).sealed()
+
+
+def test_round_trip_is_byte_identical_and_tampering_is_detected(tmp_path):
+    p = _ts().save(tmp_path / "t.json")
+    again = ThresholdSet.load(p)
+    assert again == _ts() and again.to_json() == p.read_text()
+    assert again.make_adapter().thresh == 0.3
+    data = json.loads(p.read_text())
+    data["values"]["thresh"] = 0.2
+    p.write_text(json.dumps(data))
+    with pytest.raises(InputFileError, match="fingerprint does not match"):
+        ThresholdSet.load(p)
+
+
+def test_check_binding_names_the_calibration_and_the_fix():
+    ts = _ts()
+    ts.check_binding(_record())
+    with pytest.raises(BindingMismatchError) as e:
+        ts.check_binding(_record(fp="b" * 64, name="cam1-night", set_id="n" * 64))
+    msg = str(e.value)
+    assert "\n" not in msg and "calibration 'cam1-day'" in msg and "record aaaaaaaaaaaa" in msg
+    assert "cam1-night" in msg and "quantkit bind work/quantize/deployed" in msg
+
+
+def test_history_is_append_only_with_reasons(tmp_path):
+    h = tmp_path / "history.jsonl"
+    assert append_history(h, _ts())["reason"] == "first binding"
+    assert append_history(h, _ts()) is None  # same content: nothing appended
+    new = _ts(values={"thresh": 0.35, "box_thresh": 0.5},
+              binding=Binding(model_digest="m" * 64, record_fingerprint="b" * 64, calibration_set_id="n" * 64, calibration_set_name="cam1-night"))
+    first = h.read_bytes()
+    e = append_history(h, new)
+    assert h.read_bytes().startswith(first)
+    assert e["changed"] == {"thresh": [0.3, 0.35]} and "cam1-day" in e["reason"] and "cam1-night" in e["reason"]
+    assert [x["values"]["thresh"] for x in read_history(h)] == [0.3, 0.35]
+
+
+def _pass(outputs: list[dict]) -> ModelPass:
+    n = len(outputs)
+    return ModelPass(tuple(f"{i}.png" for i in range(n)), tuple(outputs), (Transform(1.0, 1.0),) * n, (1.0,) * n, (None,) * n)
+
+
+def test_keep_fp32_moves_the_classifier_threshold_to_follow_a_shifted_int8_score():
+    rng = np.random.default_rng(0)
+    p = rng.uniform(0.5, 1.0, 200).astype(np.float32)
+    fp32 = _pass([{"prob": np.array([[1 - v, v]], np.float32)} for v in p])
+    shifted = np.clip(p - 0.1, 0, 1)  # the INT8 model is less confident by 0.1
+    int8 = _pass([{"prob": np.array([[1 - v, v]], np.float32)} for v in shifted])
+    cfg = OperatingPointConfig(grid_step=0.01, bootstrap_resamples=100)
+    d = derive_operating_point(ClassifierAdapter(cls_thresh=0.9), fp32, int8, cfg)
+    assert d.values["cls_thresh"] == pytest.approx(0.8, abs=0.011)
+    agree = d.operating_point["agreement_vs_fp32"]
+    assert agree["chosen"]["f1"]["value"] > 0.97 > agree["fp32_thresholds"]["f1"]["value"]
+    lo, hi = agree["chosen"]["f1"]["ci"]
+    assert lo <= agree["chosen"]["f1"]["value"] <= hi
+
+
+def test_keep_fp32_for_a_box_detector():
+    def dets(score: float) -> dict:
+        return {"out": np.array([[[16, 16, 8, 8, 1.0, score, 0.0], [4, 4, 3, 3, 1.0, score - 0.3, 0.0]]], np.float32)}
+
+    fp32 = _pass([dets(0.9), dets(0.7), dets(0.5)])
+    int8 = _pass([dets(0.85), dets(0.65), dets(0.45)])
+    d = derive_operating_point(BoxDetectorAdapter(score_thresh=0.38), fp32, int8, OperatingPointConfig(bootstrap_resamples=50))
+    agree = d.operating_point["agreement_vs_fp32"]
+    assert agree["chosen"]["f1"]["value"] == 1.0 > agree["fp32_thresholds"]["f1"]["value"]  # 0.35 is lost at 0.38
+    assert d.values["score_thresh"] == pytest.approx(0.34)  # best interval (0.15, 0.35), closest to FP32's 0.38
