@@ -64,8 +64,17 @@ class _Reader:
         self.it = iter(self.data)
 
 
-def make_quantized(intake: Path, out: Path, seed: int) -> Path:
-    """``model_int8.onnx`` + ``record.json`` calibrated on seeded random data (set id from the seed)."""
+class _ImageReader(_Reader):
+    def __init__(self, intake: Path, images: Path) -> None:
+        from quantkit.imageio import load_image
+
+        pre = ExportNote.load(intake / "export_note.json").preprocessing
+        self.data = [{"x": pre.apply(load_image(p))[0]} for p in sorted((images / "images").glob("*.png"))]
+        self.it = iter(self.data)
+
+
+def make_quantized(intake: Path, out: Path, seed: int, images: Path | None = None) -> Path:
+    """``model_int8.onnx`` + ``record.json`` calibrated on seeded random data, or on the set ``images``."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     from quantkit.quantize.record import CalibrationRecord, extract_scales
@@ -73,7 +82,8 @@ def make_quantized(intake: Path, out: Path, seed: int) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     q_path = out / "model_int8.onnx"
     size = onnx.load(str(intake / "model.onnx")).graph.input[0].type.tensor_type.shape.dim[2].dim_value
-    quantize_static(str(intake / "model.onnx"), str(q_path), _Reader(seed, size=size), quant_format=QuantFormat.QDQ, per_channel=True,
+    reader = _ImageReader(intake, images) if images is not None else _Reader(seed, size=size)
+    quantize_static(str(intake / "model.onnx"), str(q_path), reader, quant_format=QuantFormat.QDQ, per_channel=True,
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
     tensors = extract_scales(onnx.load(str(q_path)), onnx.load(str(intake / "model.onnx")), calibrator="minmax")
     set_id = hashlib.sha256(f"calib-{seed}".encode()).hexdigest()
@@ -118,6 +128,26 @@ def make_golden_set(folder: Path, n: int = 6) -> Path:
     set_id = hashlib.sha256("".join(e["sha256"] for e in entries).encode()).hexdigest()
     atomic_write_json(folder / "manifest.json", {"schema_version": 1, "set_id": set_id, "name": "site-test", "kind": "site", "count": n,
                                                  "images": entries})
+    return folder
+
+
+def make_text_set(folder: Path, n: int = 4, size: int = 128) -> Path:
+    """``n`` images of dark label text on light backgrounds (Pillow's default font), the detector's domain."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    font = ImageFont.load_default(size=22)
+    (folder / "images").mkdir(parents=True, exist_ok=True)
+    entries = []
+    for i in range(n):
+        im = Image.new("RGB", (size, size), (235 - 10 * i, 230, 220))
+        d = ImageDraw.Draw(im)
+        d.text((8, 20), f"LOT {1234 + i}", fill=(20, 20, 20), font=font)
+        d.text((8, 70), f"SN {98 - i}X", fill=(30, 30, 30), font=font)
+        f = folder / "images" / f"{i:04d}.png"
+        im.save(f)
+        entries.append({"file": f"images/{i:04d}.png", "sha256": sha256_file(f)})
+    atomic_write_json(folder / "manifest.json", {"schema_version": 1, "set_id": hashlib.sha256(str(entries).encode()).hexdigest(),
+                                                 "name": "text", "images": entries})
     return folder
 
 

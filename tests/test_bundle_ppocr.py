@@ -8,17 +8,25 @@ from pathlib import Path
 import onnx
 import pytest
 from onnx import numpy_helper
+from test_bundle_fixtures import (
+    make_ppocr_intake,
+    make_quantized,
+    make_text_set,
+    make_thresholds,
+    read_members,
+    repack,
+)
 
-from quantkit.bundle import VerifyConfig, build_bundle, verify_bundle
-from test_bundle_fixtures import make_golden_set, make_ppocr_intake, make_quantized, make_thresholds, read_members, repack
+from quantkit.bundle import BundleConfig, VerifyConfig, build_bundle, verify_bundle
 
 
 @pytest.mark.slow
 def test_ppocr_bundle_verifies_localises_and_names_unsupported_op(tmp_path: Path) -> None:
-    intake = make_ppocr_intake(tmp_path / "intake", size=64)
-    q = make_quantized(intake, tmp_path / "quantize" / "deployed", seed=1)
+    intake = make_ppocr_intake(tmp_path / "intake", size=96)
+    site = make_text_set(tmp_path / "site")
+    q = make_quantized(intake, tmp_path / "quantize" / "deployed", seed=1, images=site)
     ts = make_thresholds(q, tmp_path / "deployed.json")
-    res = build_bundle(q, ts, intake, make_golden_set(tmp_path / "site", n=2), tmp_path / "dist")
+    res = build_bundle(q, ts, intake, site, tmp_path / "dist", BundleConfig(golden_count=2))
     members = read_members(res.path)
     man = json.loads(members["manifest.json"])
     assert res.golden == 2 and res.activations > 200 and man["model"]["outputs"][0]["scale"]
@@ -31,14 +39,28 @@ def test_ppocr_bundle_verifies_localises_and_names_unsupported_op(tmp_path: Path
     r = verify_bundle(res.path, VerifyConfig(target=str(tmp_path / "p.json")))
     assert [c.kind for c in r.failures] == ["support"] and "Resize not supported" in r.failures[0].detail
 
-    # negate the int8 weights of the 21st Conv: layer-wise comparison names that Conv's output
+    # negate the weights of the 21st Conv: layer-wise comparison names the first tensor they change
     m = onnx.load_from_string(members["model_int8.onnx"])
     conv = [n for n in m.graph.node if n.op_type == "Conv"][20]
     dq = next(n for n in m.graph.node if n.op_type == "DequantizeLinear" and n.output[0] == conv.input[1])
-    src = dq.input[0]  # an int8 initializer, or the output of a QuantizeLinear of a float initializer
+    src = dq.input[0]  # an int8 weight, or the QuantizeLinear of a float weight
     q_node = next((n for n in m.graph.node if n.op_type == "QuantizeLinear" and n.output[0] == src), None)
-    w = next(i for i in m.graph.initializer if i.name == (q_node.input[0] if q_node else src))
-    w.CopyFrom(numpy_helper.from_array(-numpy_helper.to_array(w), w.name))
+    weight = q_node.input[0] if q_node else src
+    _negate(m, weight)
     members["model_int8.onnx"] = m.SerializeToString()
     r = verify_bundle(repack(members, tmp_path / "tampered", update_manifest=True))
-    assert not r.ok and r.divergence is not None and r.divergence.tensor == conv.output[0]
+    # the shipped model holds weights in Constant nodes, so the record lists the weight itself as a
+    # quantized tensor and it is the first to diverge; with initializer weights it is the Conv output
+    assert not r.ok and r.divergence is not None and r.divergence.tensor in (weight, conv.output[0])
+    assert any(c.kind == "output" and c.status == "fail" for c in r.checks)
+
+
+def _negate(model: onnx.ModelProto, name: str) -> None:
+    """Negate the constant tensor ``name`` (an initializer or a Constant node's value)."""
+    for t in model.graph.initializer:
+        if t.name == name:
+            t.CopyFrom(numpy_helper.from_array(-numpy_helper.to_array(t), name))
+            return
+    node = next(n for n in model.graph.node if n.op_type == "Constant" and n.output[0] == name)
+    attr = next(a for a in node.attribute if a.name == "value")
+    attr.t.CopyFrom(numpy_helper.from_array(-numpy_helper.to_array(attr.t), attr.t.name))

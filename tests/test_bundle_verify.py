@@ -273,3 +273,11 @@ def test_verify_config_roundtrip_and_params_section() -> None:
     assert VerifyConfig.from_dict(load_params(params, "bundle.verify")).providers == ("CPUExecutionProvider",)
     with pytest.raises(ConfigError, match="providers"):
         VerifyConfig(providers=())
+
+
+def test_corrupt_model_member_is_named_and_not_run(bundle: Path, tmp_path: Path) -> None:
+    members = read_members(bundle)
+    members["model_int8.onnx"] = b"\x08\x07not a protobuf model" * 10
+    r = verify_bundle(repack(members, tmp_path, update_manifest=True))
+    assert ("runtime", "model_int8.onnx") in [(c.kind, c.name) for c in r.failures]
+    assert not any(c.kind == "output" for c in r.checks)

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from test_quantize_fixtures import make_intake, make_set
 
 from quantkit.calibset import CalibrationSet, CalibrationSetReader
 from quantkit.errors import CalibrationSetError
@@ -18,7 +19,6 @@ from quantkit.note import ExportNote
 from quantkit.quantize import StaticQuantConfig, adapter
 from quantkit.quantize.calibrate import collect_ranges, quiet_ort
 from quantkit.quantize.engine import constants_to_initializers
-from test_quantize_fixtures import make_intake, make_set
 
 SIZE = 64
 

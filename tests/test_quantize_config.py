@@ -7,12 +7,21 @@ import inspect
 import pytest
 
 from quantkit.errors import ConfigError, UnsupportedOptionError
-from quantkit.quantize import DynamicQuantConfig, StaticQuantConfig, TensorOverride
-from quantkit.quantize import adapter
+from quantkit.quantize import (
+    DynamicQuantConfig,
+    StaticQuantConfig,
+    TensorOverride,
+    adapter,
+)
 
 
 def test_static_defaults_equal_ort_quantize_static_defaults():
-    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization import (
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
 
     ort = inspect.signature(quantize_static).parameters
     kw = adapter.static_kwargs(StaticQuantConfig(), ["Conv"], [])
@@ -102,7 +111,6 @@ def test_every_option_reaches_ort():
 
 def test_model_dependent_checks(tmp_path):
     import onnx
-
     from test_quantize_fixtures import make_tiny_intake
 
     m = onnx.load(str(make_tiny_intake(tmp_path / "t") / "model.onnx"))

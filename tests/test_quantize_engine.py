@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 from onnx import numpy_helper
+from test_quantize_fixtures import make_intake, make_set, make_tiny_intake
 
 from quantkit.cli.main import main
 from quantkit.errors import ModelError, UnsupportedOptionError
-from quantkit.quantize import CalibrationRecord, DynamicQuantConfig, StaticQuantConfig, quantize, replay, scale_diff
-from test_quantize_fixtures import make_intake, make_set, make_tiny_intake
+from quantkit.quantize import (
+    CalibrationRecord,
+    DynamicQuantConfig,
+    StaticQuantConfig,
+    quantize,
+    replay,
+    scale_diff,
+)
 
 SIZE = 64
 
@@ -73,6 +79,7 @@ def test_cli_static_writes_model_and_complete_record(env):
     assert y.shape == (1, 1, SIZE, SIZE)
 
 
+@pytest.mark.slow  # >10 s on the shared 2-core machine
 def test_same_inputs_same_bytes_and_replay_is_byte_identical(env, tmp_path):
     root, intake, cset, params, out = env
     rec = CalibrationRecord.load(out)
@@ -84,6 +91,7 @@ def test_same_inputs_same_bytes_and_replay_is_byte_identical(env, tmp_path):
     assert rep.fingerprint == rec.fingerprint and rep.calibration == {"replayed_from": rec.fingerprint}
 
 
+@pytest.mark.slow  # >10 s on the shared 2-core machine
 def test_scale_diff_ranks_moved_tensors(env, tmp_path):
     root, intake, cset, params, out = env
     a = CalibrationRecord.load(out)
@@ -152,6 +160,7 @@ def test_bad_input_one_line_nonzero_no_output(env, tmp_path, capsys):
     assert not dest.exists() and not list(tmp_path.glob(".o.*"))
 
 
+@pytest.mark.slow  # >10 s on the shared 2-core machine
 def test_failed_run_keeps_previous_output_and_checkpoint(env, tmp_path, monkeypatch):
     root, intake, cset, params, out = env
     dest = tmp_path / "keep"

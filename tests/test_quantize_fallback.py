@@ -7,11 +7,11 @@ import json
 import numpy as np
 import onnx
 import pytest
+from test_quantize_fixtures import make_set, make_tiny_intake
 
 from quantkit.errors import ConfigError
 from quantkit.quantize import CalibrationRecord, StaticQuantConfig
 from quantkit.quantize.fallback import pixel_iou, precision_fallback
-from test_quantize_fixtures import make_set, make_tiny_intake
 
 
 def _rel_err_score(ref, got):

@@ -4,16 +4,26 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
+from test_quantize_fixtures import make_set, make_tiny_intake
 
 from quantkit.calibset import CalibrationSet, CalibrationSetReader
 from quantkit.cli.main import main
 from quantkit.errors import InputFileError
 from quantkit.note import ExportNote
-from quantkit.quantize import CalibrationRecord, StaticQuantConfig, export_aimet, import_aimet, quantize
-from quantkit.quantize.compare import clipping_rates, compare_layers, compare_outputs, plot_layer_errors
-from test_quantize_fixtures import make_set, make_tiny_intake
+from quantkit.quantize import (
+    CalibrationRecord,
+    StaticQuantConfig,
+    export_aimet,
+    import_aimet,
+    quantize,
+)
+from quantkit.quantize.compare import (
+    clipping_rates,
+    compare_layers,
+    compare_outputs,
+    plot_layer_errors,
+)
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +78,7 @@ def test_compare_layers_streaming(env):
     root, intake, cset, rec, pre = env
     reader = CalibrationSetReader(cset, pre)
     df = compare_layers(intake, root / "q", rec, reader.iter_batches(), max_elements=200)
-    assert set(df.tensor) >= {"x", "r"}
+    assert set(df.tensor) >= {"x", "r", "y"}  # y: graph output, kept by name in the QDQ model
     assert list(df.columns) == ["tensor", "sqnr_db", "cosine", "max_abs_error", "clipping_rate", "n"]
     row = df.set_index("tensor").loc["x"]
     step = rec.tensor("x").scale[0]

@@ -61,6 +61,8 @@ from .build import (
     binding_problem,
     decision_json,
     make_task_adapter,
+    model_ops,
+    model_opsets,
     owner_checks,
     subsample_indices,
     threshold_fingerprint,
@@ -311,6 +313,8 @@ class _Verifier:
         self.checks: list[Check] = []
         self.divergence: LayerDivergence | None = None
         self.runtime: dict[str, str] = {}
+        self.opsets: dict[str, int] = {}
+        self.ops: list[str] = []
 
     def add(self, kind: str, name: str, status: Status, detail: str) -> bool:
         self.checks.append(Check(kind, name, status, detail))
@@ -334,6 +338,14 @@ class _Verifier:
             self.add("output", "golden", "skip", "not run: the bundle failed its digest checks")
             return
         self._binding(ex)
+        try:  # operator inventory from the (digest-checked) model itself, not from the manifest
+            import onnx
+
+            model = onnx.load(str(ex.path("model_int8.onnx")), load_external_data=False)
+            self.opsets, self.ops = model_opsets(model), model_ops(model)
+        except Exception as e:  # noqa: BLE001 - protobuf DecodeError and friends
+            self.add("runtime", "model_int8.onnx", "fail", f"not a loadable ONNX model ({type(e).__name__}); rebuild the bundle")
+            return
         if not self._runtime(ex):
             return
         self._support(ex)
@@ -404,7 +416,7 @@ class _Verifier:
         if missing:
             return self.add("runtime", "providers", "fail", f"{missing[0]} not in this onnxruntime build (available: {', '.join(avail)})")
         self.add("runtime", "providers", "pass", ", ".join(self.cfg.providers))
-        opsets = (ex.manifest.get("model") or {}).get("opset") or {}
+        opsets = self.opsets
         max_opsets = _ort_max_opsets()
         if not max_opsets:
             self.add("runtime", "opset", "skip", "this onnxruntime build does not list its operator schemas")
@@ -419,8 +431,7 @@ class _Verifier:
 
     # 5
     def _support(self, ex: ExtractedBundle) -> None:
-        model = ex.manifest.get("model") or {}
-        ops, opsets = list(model.get("ops") or []), dict(model.get("opset") or {})
+        ops, opsets = self.ops, self.opsets
         kernels = _ort_kernels()
         if kernels:
             eps = set(self.cfg.providers) | {"CPUExecutionProvider"}

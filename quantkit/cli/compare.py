@@ -17,6 +17,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--set", required=True, metavar="DIR", help="calibration/reference/site set folder")
     p.add_argument("--max-images", type=int, default=None, metavar="N", help="use the first N images only")
     p.add_argument("--max-elements", type=int, default=16384, metavar="K", help="sampled elements per tensor per image (default 16384)")
+    p.add_argument("--quant-level", choices=["disable", "basic", "extended", "all"], default="disable",
+                   help="ORT graph optimization level for the quantized run (default disable = QDQ simulation; all = fused kernels)")
     p.add_argument("--levels", action="store_true", help="instead compare the quantized model's outputs with ORT optimizations off vs all")
     p.add_argument("--top", type=int, default=20, metavar="K", help="rows to print (table mode; default 20)")
     p.add_argument("--json", action="store_true", help="print every row as JSON")
@@ -43,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
     if args.levels:
         df = compare_outputs(qpath, reader.iter_batches(), total=n)
     else:
-        df = compare_layers(model_path, qpath, record, reader.iter_batches(), max_elements=args.max_elements, total=n)
+        df = compare_layers(model_path, qpath, record, reader.iter_batches(), max_elements=args.max_elements, total=n,
+                            quant_level=args.quant_level)
     if args.json:
         print(json.dumps({"images": n, "tensors": json.loads(df.to_json(orient="records"))}, indent=2, sort_keys=True))
         return 0

@@ -64,6 +64,10 @@ class IntakeConfig(Config):
         note_check_margin: AUC margin (see :mod:`quantkit.intake.notecheck`).
         ort_pre_process: also run ``onnxruntime.quantization.shape_inference.quant_pre_process``
             (graph optimizations + ONNX shape inference; symbolic inference skipped since shapes are static).
+            On by default, as ORT's quantization guide recommends: it folds BatchNormalization into the
+            preceding Conv. Measured on the embedded detector (ORT 1.32, 8 day calibration images, 8 day
+            site images): pixel IoU vs FP32 at thresh 0.3 is 0.74 without it and 0.95 with it, because ORT
+            quantizes a BatchNormalization's rank-1 parameters per channel on an out-of-range axis.
         framework, export_command: provenance overrides; ``framework`` empty = read the producer fields.
         preprocessing: the preprocessing contract; ``input_size`` defaults to ``input_size`` above.
     """
@@ -79,7 +83,7 @@ class IntakeConfig(Config):
     seed: int = 0
     note_check: Literal["error", "warn", "off"] = "error"
     note_check_margin: float = 0.05
-    ort_pre_process: bool = False
+    ort_pre_process: bool = True
     framework: str = ""
     export_command: str = ""
     preprocessing: Preprocessing = dataclasses.field(default_factory=Preprocessing)

@@ -19,6 +19,7 @@ __all__ = [
     "compare_layers",
     "export_aimet",
     "import_aimet",
+    "precision_fallback",
     "quantize",
     "replay",
     "scale_diff",
@@ -30,6 +31,10 @@ def __getattr__(name: str):  # lazy: comparison and AIMET pull in onnxruntime se
         from . import compare
 
         return getattr(compare, name)
+    if name in ("precision_fallback", "FallbackResult"):
+        from . import fallback
+
+        return getattr(fallback, name)
     if name in ("export_aimet", "import_aimet"):
         from . import aimet
 

@@ -41,7 +41,7 @@ def quant_type(name: str) -> Any:
     return getattr(QuantType, QUANT_TYPES[name])
 
 
-def check_static(c: "StaticQuantConfig") -> None:
+def check_static(c: StaticQuantConfig) -> None:
     """Raise UnsupportedOptionError for a combination ORT would ignore or reject (model-independent)."""
     m = c.method
     if c.percentile is not None:
@@ -85,7 +85,7 @@ def check_static(c: "StaticQuantConfig") -> None:
             raise UnsupportedOptionError(f"tensor_overrides.{name}.quant_type: {ov.quant_type} needs format: qdq")
 
 
-def check_dynamic(c: "DynamicQuantConfig") -> None:
+def check_dynamic(c: DynamicQuantConfig) -> None:
     """Raise UnsupportedOptionError for what ORT's ``quantize_dynamic`` cannot do."""
     if c.weight_type not in ("int8", "uint8"):
         raise UnsupportedOptionError(f"weight_type: {c.weight_type} is not supported by dynamic quantization (ConvInteger/MatMulInteger are 8-bit); use int8 or uint8")
@@ -93,14 +93,18 @@ def check_dynamic(c: "DynamicQuantConfig") -> None:
 
 def default_op_types(fmt: str) -> list[str]:
     """The op types ORT quantizes when ``op_types_to_quantize`` is empty (sorted, deterministic)."""
-    from onnxruntime.quantization.registry import IntegerOpsRegistry, QDQRegistry, QLinearOpsRegistry
+    from onnxruntime.quantization.registry import (
+        IntegerOpsRegistry,
+        QDQRegistry,
+        QLinearOpsRegistry,
+    )
 
     if fmt == "dynamic":
         return sorted(IntegerOpsRegistry)
     return sorted(set(QLinearOpsRegistry) | set(QDQRegistry))
 
 
-def resolve_exclusions(c: "StaticQuantConfig | DynamicQuantConfig", model: "onnx.ModelProto", fmt: str) -> tuple[list[str], list[str]]:
+def resolve_exclusions(c: StaticQuantConfig | DynamicQuantConfig, model: onnx.ModelProto, fmt: str) -> tuple[list[str], list[str]]:
     """Check exclusions against ``model`` and return ``(op_types_to_quantize, nodes_to_exclude)``.
 
     Raises:
@@ -137,7 +141,7 @@ def resolve_exclusions(c: "StaticQuantConfig | DynamicQuantConfig", model: "onnx
     return op_types, sorted(excluded)
 
 
-def check_opset(c: "StaticQuantConfig | DynamicQuantConfig", opset: int, model_path: str) -> None:
+def check_opset(c: StaticQuantConfig | DynamicQuantConfig, opset: int, model_path: str) -> None:
     """Per-channel QDQ at opset < 13: ORT 1.32 writes ``DequantizeLinear(axis=...)`` it then refuses to load."""
     fmt = getattr(c, "format", "qoperator")
     if c.per_channel and fmt == "qdq" and opset < MIN_OPSET_PER_CHANNEL_QDQ:
@@ -146,7 +150,7 @@ def check_opset(c: "StaticQuantConfig | DynamicQuantConfig", opset: int, model_p
             "run 'quantkit intake' to upgrade the opset to 13, or set per_channel: false")
 
 
-def override_dict(ov: "TensorOverride") -> dict[str, Any]:
+def override_dict(ov: TensorOverride) -> dict[str, Any]:
     """One ORT ``TensorQuantOverrides`` entry (``{"quant_type": QuantType, "scale": np.float32, ...}``)."""
     import numpy as np
 
@@ -171,7 +175,7 @@ def _np_int(qtype: str | None) -> Any:
     return {"uint8": np.uint8, "int8": np.int8, "uint16": np.uint16, "int16": np.int16, "uint4": np.uint8, "int4": np.int8, None: np.int32}[qtype]
 
 
-def calibrator_options(c: "StaticQuantConfig") -> dict[str, Any]:
+def calibrator_options(c: StaticQuantConfig) -> dict[str, Any]:
     """``extra_options`` for ``create_calibrator`` (its own lower-case keys), only keys it reads."""
     opts: dict[str, Any] = {}
     if c.method == "minmax":
@@ -198,7 +202,7 @@ def calibrator_options(c: "StaticQuantConfig") -> dict[str, Any]:
     return opts
 
 
-def static_kwargs(c: "StaticQuantConfig", op_types: list[str], nodes_to_exclude: list[str],
+def static_kwargs(c: StaticQuantConfig, op_types: list[str], nodes_to_exclude: list[str],
                   extra_overrides: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
     """Keyword arguments for ``onnxruntime.quantization.quantize_static`` (model, output and the
     calibration reader/cache are added by the caller). ``extra_overrides`` are ready-made
@@ -226,7 +230,7 @@ def static_kwargs(c: "StaticQuantConfig", op_types: list[str], nodes_to_exclude:
     }
 
 
-def dynamic_kwargs(c: "DynamicQuantConfig", op_types: list[str], nodes_to_exclude: list[str]) -> dict[str, Any]:
+def dynamic_kwargs(c: DynamicQuantConfig, op_types: list[str], nodes_to_exclude: list[str]) -> dict[str, Any]:
     """Keyword arguments for ``onnxruntime.quantization.quantize_dynamic``."""
     extra: dict[str, Any] = {}
     if c.symmetric_weights is not None:

@@ -40,7 +40,8 @@ def export_aimet(record: CalibrationRecord, path: str | Path | None = None) -> d
 
     ``is_sym`` is true for signed types with zero point 0. Writes canonical JSON to ``path`` when given.
     """
-    acts, params = [], []
+    acts: list[dict[str, Any]] = []
+    params: list[dict[str, Any]] = []
     for t in record.tensors:
         if t.dtype not in _BITS:
             continue

@@ -38,8 +38,9 @@ import io
 import logging
 import pickle
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from .._io import atomic_write_bytes
 from ..errors import CalibrationSetError
@@ -103,7 +104,7 @@ def _restore(cal: Any, config: StaticQuantConfig, state: Any) -> None:
 def _load_checkpoint(path: Path, key: str) -> Any | None:
     try:
         with open(path, "rb") as f:
-            ckpt = pickle.load(f)  # noqa: S301 - our own private checkpoint file
+            ckpt = pickle.load(f)
     except FileNotFoundError:
         return None
     except Exception as e:  # truncated/foreign file: start over rather than fail
@@ -136,6 +137,7 @@ def _reduce_session(model_path: Path, names: list[str], workdir: Path) -> Any:
     so = onnxruntime.SessionOptions()
     so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 3
+    so.enable_cpu_mem_arena = False  # give pass-1 memory back before pass 2 runs the full-output session
     return onnxruntime.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
 
 
@@ -167,10 +169,10 @@ class _HistogramState:
         a = np.asarray(arr).reshape(-1)
         mn, mx, amin, amax = self.stats[name]
         if self.absolute:  # HistogramCollector.collect_absolute_value: np.histogram(|x|, bins=num_bins) spans [min|x|, max|x|]
-            h, e = np.histogram(np.absolute(a), bins=self.num_bins, range=(amin, amax))
+            h, e = np.histogram(np.absolute(a), bins=self.num_bins, range=(amin, amax))  # type: ignore[arg-type]
         else:  # HistogramCollector.collect_value: range (-t, t), t = max(|min|, |max|)
             t = np.array(max(abs(mn), abs(mx)), dtype=a.dtype)
-            h, e = np.histogram(a, self.num_bins, range=(-t, t))
+            h, e = np.histogram(a, self.num_bins, range=(-t, t))  # type: ignore[arg-type]
         if name in self.hist:
             self.hist[name] += h
         else:
@@ -260,7 +262,7 @@ def collect_ranges(
             atomic_write_bytes(ckpt_path, pickle.dumps({"version": _CKPT_VERSION, "key": key, "pass": pass_no, "done": done, "state": payload}))
 
     chunks = 0
-    reducer = None
+    reducer: Any = None
     passes = (1, 2) if histogram else (1,)
     for pass_no in passes:
         if pass_no < state["pass"]:
@@ -305,6 +307,7 @@ def collect_ranges(
             save(pass_no, e)
         if histogram and pass_no == 1:
             save(2, 0)
+            reducer = None
     if histogram:
         assert hs is not None
         collector = HistogramCollector(method=cal.method, symmetric=cal.symmetric, num_bins=cal.num_bins,
@@ -315,5 +318,4 @@ def collect_ranges(
         tensors = cal.compute_data()
     count = getattr(getattr(reader, "cset", None), "count", n_batches * bs)
     images = min(n_batches * bs, count, config.max_images or count)
-    del cal
     return CalibrationRun(tensors=tensors, images=images, batches=n_batches, chunks=chunks, resumed_batches=resumed, seconds=time.perf_counter() - t0)

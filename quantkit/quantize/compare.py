@@ -9,7 +9,8 @@ For an activation ``T`` of the record, the quantized value is ``T_DequantizeLine
 or ``(T_quantized - zp) * scale`` (QOperator, integer tensor). Metrics per tensor, over all sampled
 elements of all images (x = FP32, y = quantized):
 
-* ``sqnr_db = 10 log10(sum x^2 / sum (x - y)^2)`` (signal-to-quantization-noise ratio);
+* ``sqnr_db = 10 log10(sum x^2 / sum (x - y)^2)`` (signal-to-quantization-noise ratio; ``inf`` when
+  the two agree exactly, written as ``null`` in JSON);
 * ``cosine = sum xy / sqrt(sum x^2 sum y^2)``;
 * ``max_abs_error = max |x - y|`` (float units of the tensor);
 * ``clipping_rate``: fraction of FP32 values outside the representable range
@@ -21,8 +22,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import zlib
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -140,6 +142,7 @@ def compare_layers(
     inputs = {i.name for i in fm.graph.input}
     f_have = {o for n in fm.graph.node for o in n.output} | inputs
     q_have = {o for n in qm.graph.node for o in n.output}
+    q_outputs = {o.name for o in qm.graph.output}
     pairs: dict[str, tuple[str, bool]] = {}  # name -> (quant tensor, is_integer)
     for name in tensors or sorted(acts):
         if name not in acts:
@@ -148,6 +151,8 @@ def compare_layers(
             continue
         if f"{name}_DequantizeLinear_Output" in q_have:
             pairs[name] = (f"{name}_DequantizeLinear_Output", False)
+        elif name in q_outputs and name in q_have:  # graph output: ORT's last DequantizeLinear keeps the name
+            pairs[name] = (name, False)
         elif f"{name}_quantized" in q_have or (name in inputs and f"{name}_quantized" in q_have):
             pairs[name] = (f"{name}_quantized", True)
     if not pairs:

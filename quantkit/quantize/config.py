@@ -17,7 +17,7 @@ that "not given" and "given the default" stay distinguishable in the record.
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal, Optional
+from typing import Literal
 
 from ..config import Config
 from ..errors import ConfigError
@@ -37,13 +37,13 @@ class TensorOverride(Config):
     ``quant_type``'s range.
     """
 
-    quant_type: Optional[QType] = None
-    scale: Optional[float] = None
-    zero_point: Optional[int] = None
-    symmetric: Optional[bool] = None
-    reduce_range: Optional[bool] = None
-    rmin: Optional[float] = None
-    rmax: Optional[float] = None
+    quant_type: QType | None = None
+    scale: float | None = None
+    zero_point: int | None = None
+    symmetric: bool | None = None
+    reduce_range: bool | None = None
+    rmin: float | None = None
+    rmax: float | None = None
 
     def validate(self) -> None:
         from ..errors import UnsupportedOptionError
@@ -66,7 +66,7 @@ class _Common(Config):
 
     per_channel: bool = False
     weight_type: QType = "int8"
-    symmetric_weights: Optional[bool] = None
+    symmetric_weights: bool | None = None
     reduce_range: bool = False
     nodes_to_exclude: tuple[str, ...] = ()
     node_patterns_to_exclude: tuple[str, ...] = ()
@@ -123,15 +123,15 @@ class StaticQuantConfig(_Common):
     format: Format = "qdq"
     activation_type: QType = "uint8"
     symmetric_activations: bool = False
-    calibration_symmetric: Optional[bool] = None
-    percentile: Optional[float] = None
-    num_bins: Optional[int] = None
-    num_quantized_bins: Optional[int] = None
-    distribution_scenario: Optional[Literal["same", "p3"]] = None
+    calibration_symmetric: bool | None = None
+    percentile: float | None = None
+    num_bins: int | None = None
+    num_quantized_bins: int | None = None
+    distribution_scenario: Literal["same", "p3"] | None = None
     moving_average: bool = False
-    averaging_constant: Optional[float] = None
+    averaging_constant: float | None = None
     calibration_chunk_size: int = 1
-    max_images: Optional[int] = None
+    max_images: int | None = None
     tensor_overrides: dict[str, TensorOverride] = dataclasses.field(default_factory=dict)
 
     def validate(self) -> None:

@@ -20,14 +20,15 @@ import contextlib
 import dataclasses
 import logging
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
 from .. import __version__
 from .._io import atomic_output_dir, fingerprint, sha256_bytes, sha256_file
-from ..errors import ConfigError, InputFileError, ModelError, QuantkitError
+from ..errors import ConfigError, ModelError, QuantkitError
 from ..note import ExportNote
 from . import adapter
 from .calibrate import CalibrationRun, collect_ranges, quiet_ort
@@ -143,6 +144,7 @@ def _ranges_from_record(record: CalibrationRecord, method: str) -> Any:
     from onnxruntime.quantization import CalibrationMethod
     from onnxruntime.quantization.calibrate import TensorData, TensorsData
 
+    pairs: dict[str, tuple[Any, Any]]
     if record.calibrated_ranges:
         pairs = {k: (v[0], v[1]) for k, v in record.calibrated_ranges.items()}
     else:
@@ -227,9 +229,8 @@ def _record(tensors: tuple[TensorScale, ...], model_digest: str, qdigest: str, c
 
 
 def _dynamic(model: Any, model_path: Path, note: ExportNote, config: DynamicQuantConfig, out: Path) -> CalibrationRecord:
-    from onnxruntime.quantization import quantize_dynamic
-
     import onnx
+    from onnxruntime.quantization import quantize_dynamic
 
     model_digest = sha256_file(model_path)
     op_types, excluded = adapter.resolve_exclusions(config, model, "dynamic")
@@ -322,7 +323,8 @@ def replay(record: CalibrationRecord | str | Path, intake: str | Path, *, out: s
     changed (same float model, same ORT version).
 
     Raises:
-        BindingMismatchError-free: a ModelError when the intake model's digest differs from the record's.
+        ModelError: the intake model's digest differs from the record's ``model_digest``.
+        ConfigError: the record is a dynamic one (nothing to replay).
     """
     rec = record if isinstance(record, CalibrationRecord) else CalibrationRecord.load(record)
     if rec.mode != "static":

@@ -22,8 +22,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 import numpy as np
 

@@ -15,8 +15,9 @@ used by QuantizeLinear/DequantizeLinear (QDQ), QLinear* (QOperator) and ConvInte
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -58,7 +59,7 @@ class TensorScale:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "TensorScale":
+    def from_dict(cls, d: dict[str, Any]) -> TensorScale:
         return cls(name=d["name"], role=d["role"], dtype=d["dtype"], axis=d.get("axis"), scale=tuple(float(s) for s in d["scale"]),
                    zero_point=tuple(int(z) for z in d["zero_point"]), range_min=d.get("range_min"), range_max=d.get("range_max"),
                    calibrator=d.get("calibrator", ""))
@@ -116,7 +117,7 @@ class CalibrationRecord:
         return atomic_write_json(path, self.to_dict())
 
     @classmethod
-    def load(cls, path: str | Path) -> "CalibrationRecord":
+    def load(cls, path: str | Path) -> CalibrationRecord:
         """Read ``record.json`` (or a folder holding one).
 
         Raises:
@@ -184,7 +185,8 @@ def scale_diff(a: CalibrationRecord, b: CalibrationRecord) -> Any:
     for name in sorted(set(ta) | set(tb)):
         x, y = ta.get(name), tb.get(name)
         if x is None or y is None:
-            t = x or y
+            t = x if x is not None else y
+            assert t is not None
             rows.append({"name": name, "role": t.role, "scale_a": x.scale[0] if x else np.nan, "scale_b": y.scale[0] if y else np.nan,
                          "rel_change": np.nan, "log2_ratio": np.nan, "zp_a": x.zero_point[0] if x else None,
                          "zp_b": y.zero_point[0] if y else None, "zp_changed": None, "status": "only_a" if x else "only_b"})
