@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Iterable, Iterator, TypeVar
 
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 T = TypeVar("T")
 

@@ -94,3 +94,40 @@ def test_dvc_push_pull_round_trip(pipeline: Path):
     assert (pipeline / "calibration_sets" / "cam1-day" / "manifest.json").is_file()
     status = _run(["dvc", "status", "--json"], pipeline)
     assert json.loads(status.stdout) == {}
+
+
+def test_recalibration_refuses_old_thresholds_and_shows_in_metrics_diff(pipeline: Path):
+    """The recalibration story: point the deployed calibration at cam1-night, commit, `dvc repro`."""
+    git = ["git", "-c", "user.email=ci@quantkit", "-c", "user.name=ci"]
+    assert _run([*git, "add", "-A"], pipeline).returncode == 0
+    assert _run([*git, "commit", "-qm", "deployed on cam1-day"], pipeline).returncode == 0
+    old_thresholds = pipeline / "old-deployed-thresholds.json"
+    shutil.copy(pipeline / "work" / "thresholds" / "deployed.json", old_thresholds)
+
+    params = yaml.safe_load((pipeline / "params.yaml").read_text())
+    params["calibrations"]["deployed"] = {"calibration_set": "calibration_sets/cam1-night", "reference_set": "reference_sets/cam1-night"}
+    (pipeline / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    result = _run(["dvc", "repro"], pipeline)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "Running stage 'demo_set" not in result.stdout and "Running stage 'intake'" not in result.stdout
+
+    record = json.loads((pipeline / "work" / "quantize" / "deployed" / "record.json").read_text())
+    assert record["calibration_set"]["name"] == "cam1-night"
+
+    refused = _run(
+        ["quantkit", "evaluate", "site_sets/cam1-night", "--fp32", "work/intake", "--deployed", "work/quantize/deployed",
+         "--deployed-thresholds", str(old_thresholds), "--params", "params.yaml", "--out", "work/refused"],
+        pipeline,
+    )
+    assert refused.returncode == 3
+    assert "cam1-day" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
+    assert not (pipeline / "work" / "refused").exists()
+
+    history = (pipeline / "thresholds" / "history-deployed.jsonl").read_text().splitlines()
+    assert len(history) >= 2
+    assert "cam1-day" in history[0] and "cam1-night" in history[-1]
+
+    diff = _run(["dvc", "metrics", "diff", "HEAD", "--json"], pipeline)
+    assert diff.returncode == 0, diff.stderr
+    changed = json.loads(diff.stdout)["reports/metrics.json"]
+    assert any(key.startswith("cam1-night.") for key in changed)

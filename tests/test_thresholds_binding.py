@@ -87,9 +87,23 @@ def test_keep_fp32_for_a_box_detector():
     def dets(score: float) -> dict:
         return {"out": np.array([[[16, 16, 8, 8, 1.0, score, 0.0], [4, 4, 3, 3, 1.0, score - 0.3, 0.0]]], np.float32)}
 
-    fp32 = _pass([dets(0.9), dets(0.7), dets(0.5)])
-    int8 = _pass([dets(0.85), dets(0.65), dets(0.45)])
-    d = derive_operating_point(BoxDetectorAdapter(score_thresh=0.38), fp32, int8, OperatingPointConfig(bootstrap_resamples=50))
+    fp32 = _pass([dets(0.9), dets(0.7), dets(0.5)] * 10)
+    int8 = _pass([dets(0.85), dets(0.65), dets(0.45)] * 10)
+    d = derive_operating_point(BoxDetectorAdapter(score_thresh=0.38), fp32, int8, OperatingPointConfig(bootstrap_resamples=200))
     agree = d.operating_point["agreement_vs_fp32"]
     assert agree["chosen"]["f1"]["value"] == 1.0 > agree["fp32_thresholds"]["f1"]["value"]  # 0.35 is lost at 0.38
     assert d.values["score_thresh"] == pytest.approx(0.34)  # best interval (0.15, 0.35), closest to FP32's 0.38
+    assert d.operating_point["search"]["score_thresh"]["significance"]["moved"] is True
+
+
+def test_keep_fp32_keeps_the_fp32_value_when_the_gain_is_within_noise():
+    def dets(score: float) -> dict:
+        return {"out": np.array([[[16, 16, 8, 8, 1.0, score, 0.0], [4, 4, 3, 3, 1.0, score - 0.3, 0.0]]], np.float32)}
+
+    # one image in three gains a detection: on 3 images the paired bootstrap CI of the gain includes 0
+    fp32 = _pass([dets(0.9), dets(0.7), dets(0.5)])
+    int8 = _pass([dets(0.85), dets(0.65), dets(0.45)])
+    d = derive_operating_point(BoxDetectorAdapter(score_thresh=0.38), fp32, int8, OperatingPointConfig(bootstrap_resamples=200))
+    evidence = d.operating_point["search"]["score_thresh"]["significance"]
+    assert d.values["score_thresh"] == pytest.approx(0.38)
+    assert evidence["moved"] is False and evidence["gain"] > 0 and evidence["gain_ci"][0] <= 0

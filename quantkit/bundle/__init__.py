@@ -21,6 +21,7 @@ from .verify import (
     VerifyConfig,
     load_profile,
     resolve_bundle,
+    resolve_target,
     verify_bundle,
 )
 

@@ -264,8 +264,13 @@ def npy_bytes(arr: np.ndarray) -> bytes:
 
 
 def model_opsets(model: Any) -> dict[str, int]:
-    """``{domain: version}`` of an ``onnx.ModelProto``'s opset imports (``""`` written ``ai.onnx``)."""
-    return {(o.domain or "ai.onnx"): int(o.version) for o in model.opset_import}
+    """``{domain: version}`` of the opset imports an ``onnx.ModelProto``'s nodes use (``""`` written ``ai.onnx``).
+
+    Imports no node uses (ORT's optimizer leaves several, e.g. ``ai.onnx.preview``) do not constrain the
+    runtime and are left out; the default domain is always kept.
+    """
+    used = {n.domain or "" for n in model.graph.node} | {""}
+    return {(o.domain or "ai.onnx"): int(o.version) for o in model.opset_import if (o.domain or "") in used}
 
 
 def model_ops(model: Any) -> list[str]:

@@ -224,6 +224,12 @@ def _ort_pre_process(model: Any, tmp: Path) -> Any:
     out = onnx.load(str(dst))
     src.unlink()
     dst.unlink()
+    # ORT's optimizer adds opset imports for every domain it knows (ai.onnx.preview, com.microsoft, ...);
+    # keep only the ones a node uses, so a target runtime is not asked for domains the model never needs.
+    used = {n.domain or "" for n in out.graph.node} | {""}
+    keep = [o for o in out.opset_import if (o.domain or "") in used]
+    del out.opset_import[:]
+    out.opset_import.extend(keep)
     return out
 
 

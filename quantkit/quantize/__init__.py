@@ -19,6 +19,7 @@ __all__ = [
     "compare_layers",
     "export_aimet",
     "import_aimet",
+    "plot_layer_errors",
     "precision_fallback",
     "quantize",
     "replay",
@@ -27,7 +28,7 @@ __all__ = [
 
 
 def __getattr__(name: str):  # lazy: comparison and AIMET pull in onnxruntime sessions / pandas
-    if name in ("clipping_rates", "compare_layers", "LayerError"):
+    if name in ("clipping_rates", "compare_layers", "LayerError", "plot_layer_errors"):
         from . import compare
 
         return getattr(compare, name)

@@ -12,7 +12,10 @@ Modes (``thresholds.operating_point.mode`` in params.yaml):
 For map heads (DB) the map threshold (``thresh``) is always chosen first by pixel agreement with the
 FP32 binarized map (aggregate IoU = sum of intersections / sum of unions); the mode then moves the
 primary threshold (``box_thresh``). Searches are exhaustive over a grid (``grid_step``) plus the FP32
-value; ties go to the value closest to FP32. Model outputs are computed once per model and cached.
+value; ties go to the value closest to FP32, and a value other than FP32's is taken only when a paired
+bootstrap shows its gain over FP32's value is above zero (see :func:`_pick_significant`), so a small
+reference set cannot move a threshold for a gain within its sampling noise. Model outputs are computed
+once per model and cached.
 
 Confidence intervals: percentile bootstrap over images (Efron & Tibshirani, *An Introduction to the
 Bootstrap*, 1993, ch. 13), ``bootstrap_resamples`` resamples with a fixed seed, ratio-of-sums statistics.
@@ -176,6 +179,40 @@ def _pick(scores: np.ndarray, cands: np.ndarray, prefer: float) -> int:
     return int(best[np.argmin(np.abs(cands[best] - prefer))])
 
 
+def _pick_significant(num: np.ndarray, den: np.ndarray, cands: np.ndarray, prefer: float, *, resamples: int, seed: int,
+                      confidence: float) -> tuple[int, dict[str, Any]]:
+    """Index of the candidate to use: the best ratio-of-sums score, but only if it beats ``prefer`` significantly.
+
+    ``num``, ``den``: ``(N images, C candidates)`` per-image counts; the score of candidate ``c`` is
+    ``num[:, c].sum() / den[:, c].sum()``. A paired percentile bootstrap over images (Efron & Tibshirani
+    1993, ch. 13) gives a CI of the gain ``score(best) - score(prefer)``; when its lower bound is not above
+    zero the gain is within sampling noise and the preferred (FP32) value is kept. This stops a small
+    reference set from moving a threshold for a gain it cannot support.
+
+    Returns:
+        ``(index, evidence)`` with evidence ``{"best", "gain", "gain_ci", "moved"}``.
+    """
+    num = np.asarray(num, np.float64)
+    den = np.asarray(den, np.float64)
+    scores = num.sum(0) / np.maximum(den.sum(0), 1e-12)
+    jb = _pick(scores, cands, prefer)
+    j0 = int(np.argmin(np.abs(cands - prefer)))
+    evidence: dict[str, Any] = {"best": float(cands[jb]), "gain": round(float(scores[jb] - scores[j0]), 6), "gain_ci": [0.0, 0.0], "moved": False}
+    if jb == j0 or len(num) == 0:
+        return j0, evidence
+    idx = np.random.default_rng(seed).integers(0, len(num), size=(resamples, len(num)))
+
+    def ratio(c: int) -> np.ndarray:
+        return num[idx, c].sum(1) / np.maximum(den[idx, c].sum(1), 1e-12)
+
+    gains = ratio(jb) - ratio(j0)
+    a = (1 - confidence) / 2
+    lo, hi = np.quantile(gains, [a, 1 - a])
+    evidence["gain_ci"] = [round(float(lo), 6), round(float(hi), 6)]
+    evidence["moved"] = bool(lo > 0)
+    return (jb if lo > 0 else j0), evidence
+
+
 def map_agreement_counts(int8_maps: Sequence[np.ndarray], ref_masks: Sequence[np.ndarray], cands: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per image and candidate ``t``: intersection and union of ``(map > t)`` with the reference mask.
 
@@ -275,13 +312,13 @@ def derive_operating_point(fp32_adapter: Adapter, fp32: ModelPass, int8: ModelPa
         cands = grid(*map_spec.search, cfg.grid_step, extra)
         ref_masks = [d.mask for d in ref_dec]
         inter, union = map_agreement_counts(maps, ref_masks, cands)
-        agg = inter.sum(0) / np.maximum(union.sum(0), 1)
-        j = _pick(agg, cands, t0)
+        j, evidence = _pick_significant(inter, union, cands, t0, **kw)
         values[map_spec.name] = float(cands[j])
         for label, vals in [("chosen", values), *[(k, v) for k, v in evaluated.items() if k != "chosen"]]:
             jj = int(np.flatnonzero(np.isclose(cands, vals[map_spec.name]))[0])
             pix[label] = bootstrap_ratio(inter[:, jj], union[:, jj], **kw)
-        op["search"] = {map_spec.name: {"candidates": len(cands), "range": list(map_spec.search), "objective": "pixel IoU vs FP32"}}
+        op["search"] = {map_spec.name: {"candidates": len(cands), "range": list(map_spec.search), "objective": "pixel IoU vs FP32",
+                                        "significance": evidence}}
 
     # 2) primary threshold by the mode
     prim = fp32_adapter.PRIMARY
@@ -291,10 +328,10 @@ def derive_operating_point(fp32_adapter: Adapter, fp32: ModelPass, int8: ModelPa
     extra = [fp32_vals[prim]] + [v[prim] for v in evaluated.values() if prim in v]
     cands = grid(*pspec.search, cfg.grid_step, extra)
     op.setdefault("search", {})
+    prim_evidence: dict[str, Any] | None = None
     if cfg.mode == "keep_fp32":
         tp, fp, fn = item_counts(cand_dec, [d.polygons for d in ref_dec], [d.labels for d in ref_dec], at_map, cands, cfg.match_iou)
-        obj = 2 * tp.sum(0) / np.maximum(2 * tp.sum(0) + fp.sum(0) + fn.sum(0), 1)
-        j = _pick(obj, cands, fp32_vals[prim])
+        j, prim_evidence = _pick_significant(2 * tp, 2 * tp + fp + fn, cands, fp32_vals[prim], **kw)
         objective = "decision F1 vs FP32"
     elif cfg.mode == "fixed_far":
         need = math.ceil(1 / cfg.target_far)
@@ -328,8 +365,7 @@ def derive_operating_point(fp32_adapter: Adapter, fp32: ModelPass, int8: ModelPa
         P = tp.sum(0) / np.maximum(tp.sum(0) + fp.sum(0), 1)
         R = tp.sum(0) / np.maximum(tp.sum(0) + fn.sum(0), 1)
         if cfg.mode == "best_f1":
-            obj = 2 * tp.sum(0) / np.maximum(2 * tp.sum(0) + fp.sum(0) + fn.sum(0), 1)
-            j = _pick(obj, cands, fp32_vals[prim])
+            j, prim_evidence = _pick_significant(2 * tp, 2 * tp + fp + fn, cands, fp32_vals[prim], **kw)
             objective = "F1 vs ground truth"
         else:
             ok = np.flatnonzero(R >= cfg.target_recall)
@@ -341,6 +377,8 @@ def derive_operating_point(fp32_adapter: Adapter, fp32: ModelPass, int8: ModelPa
     if cfg.mode != "fixed_far":
         values[prim] = float(cands[j])
         op["search"][prim] = {"candidates": len(cands), "range": list(pspec.search), "objective": objective}
+        if prim_evidence is not None:
+            op["search"][prim]["significance"] = prim_evidence
         key = "agreement_vs_fp32" if cfg.mode == "keep_fp32" else "vs_ground_truth"
         op[key] = {}
         for label, vals in [("chosen", values), *[(k, v) for k, v in evaluated.items() if k != "chosen"]]:
