@@ -140,3 +140,16 @@ def test_cli_report_and_bad_inputs(paths, tmp_path, capsys):
     args = _args(paths, missing)[:-6] + ["--candidate", str(paths["candidate"]), "--out", str(missing)]
     assert main(args) == 2 and "--candidate-thresholds go together" in capsys.readouterr().err
     assert not missing.exists()
+
+
+def test_cause_names_lighting_for_a_dark_scene_and_camera_for_a_softer_one():
+    from quantkit.report.build import _cause
+
+    def drift(*moved: str) -> dict:
+        return {"changes": [{"name": n, "moved": True} for n in moved], "reasons": ["why"]}
+
+    # less light also lowers sharpness and raises noise: still a lighting change, not a camera swap
+    assert _cause(drift("brightness_mean", "noise_sigma", "sharpness_lapvar", "cast_bg")) == "lighting changed (why)"
+    assert _cause(drift("sharpness_lapvar", "noise_sigma", "saturation_mean")) == "camera or optics changed (why)"
+    assert _cause(drift("brightness_mean", "width")) == "lighting changed and camera or optics changed (why)"
+    assert _cause({"changes": [], "clipping": {"moved": False}}) == "no image statistic moved"

@@ -116,31 +116,6 @@ def _load_checkpoint(path: Path, key: str) -> Any | None:
     return ckpt
 
 
-def _reduce_session(model_path: Path, names: list[str], workdir: Path) -> Any:
-    """ORT session of the float model that outputs ``ReduceMin(t)``, ``ReduceMax(t)``, ``ReduceMin(Abs(t))``
-    (keepdims 0) for each name, in that order: pass 1 of the histogram methods without copying tensors
-    out of ORT. Optimizations off, as in ORT's calibrator session, so the values are the same tensors."""
-    import onnx
-    import onnxruntime
-    from onnx import helper
-
-    m = onnx.load(str(model_path))
-    for i, t in enumerate(names):
-        outs = [f"qk_min_{i}", f"qk_max_{i}", f"qk_amin_{i}"]
-        m.graph.node.extend([helper.make_node("ReduceMin", [t], [outs[0]], keepdims=0, name=f"qk_rmin_{i}"),
-                             helper.make_node("ReduceMax", [t], [outs[1]], keepdims=0, name=f"qk_rmax_{i}"),
-                             helper.make_node("Abs", [t], [f"qk_abs_{i}"], name=f"qk_abs_{i}"),
-                             helper.make_node("ReduceMin", [f"qk_abs_{i}"], [outs[2]], keepdims=0, name=f"qk_ramin_{i}")])
-        m.graph.output.extend(onnx.ValueInfoProto(name=o) for o in outs)
-    path = workdir / "reduce_model.onnx"
-    onnx.save(m, str(path))
-    so = onnxruntime.SessionOptions()
-    so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.log_severity_level = 3
-    so.enable_cpu_mem_arena = False  # give pass-1 memory back before pass 2 runs the full-output session
-    return onnxruntime.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
-
-
 def _chunks(start: int, n: int, chunk: int) -> range:
     return range(start, n, chunk)
 
@@ -148,6 +123,8 @@ def _chunks(start: int, n: int, chunk: int) -> range:
 class _HistogramState:
     """Two-pass exact histograms (see the module docstring). Pass 1: per-tensor min, max, min|x|, max|x|.
     Pass 2: counts on the bins ORT's one-call ``HistogramCollector`` would have used."""
+
+    passes = 2
 
     def __init__(self, names: list[str], absolute: bool, num_bins: int) -> None:
         self.names = names
@@ -157,13 +134,21 @@ class _HistogramState:
         self.hist: dict[str, Any] = {}
         self.edges: dict[str, Any] = {}
 
-    def observe(self, name: str, mn: Any, mx: Any, amin: Any) -> None:
-        """Fold one batch's reductions (0-d float arrays from the pass-1 model) into the running stats."""
-        cur = [mn[()], mx[()], amin[()], max(abs(mn[()]), abs(mx[()]))]
+    def observe(self, name: str, arr: Any) -> None:
+        """Pass 1: fold one batch's tensor into the running ``[min, max, min|x|, max|x|]`` (NaN ignored, as ``np.nanmin``)."""
+        import numpy as np
+
+        a = np.asarray(arr).reshape(-1)
+        if a.size == 0:
+            return
+        mn, mx = np.fmin.reduce(a), np.fmax.reduce(a)
+        amin = np.fmin.reduce(np.absolute(a)) if self.absolute else np.array(0, dtype=a.dtype)[()]
+        cur = [mn, mx, amin, max(abs(mn), abs(mx))]
         old = self.stats.get(name)
         self.stats[name] = cur if old is None else [min(old[0], cur[0]), max(old[1], cur[1]), min(old[2], cur[2]), max(old[3], cur[3])]
 
     def count(self, name: str, arr: Any) -> None:
+        """Pass 2: add one batch's counts on ORT's one-call bins."""
         import numpy as np
 
         a = np.asarray(arr).reshape(-1)
@@ -188,6 +173,112 @@ class _HistogramState:
                 out[name] = (self.hist[name], self.edges[name], mn, mx)
             else:
                 out[name] = (self.hist[name], self.edges[name], mn, mx, np.array(max(abs(mn), abs(mx)), dtype=self.edges[name].dtype))
+        return out
+
+
+class _FineHistogramState:
+    """One-pass histograms for ``collect_value`` (percentile without ``symmetric``, entropy with one candidate).
+
+    Per tensor: exact ``nanmin``/``nanmax`` and counts on a fine grid of ``FINE * num_bins`` uniform bins over
+    ``(-T, T)``; ``T`` starts at the first batch's ``max|x|`` and is multiplied by a power of two when a later
+    batch exceeds it (pairs of fine bins merge exactly, as the grids nest), so ``t <= T < 2t`` with ``t`` the
+    final ``max|x|`` and a fine bin is narrower than ``4 / FINE`` (= 1/2) of one of ORT's bins. At the end the
+    cumulative fine counts are interpolated at ORT's one-call edges (``linspace(-t, t, num_bins + 1)`` in the
+    data's dtype, taken from ``np.histogram`` itself) and rounded, so each cumulative count lies between the
+    exact counts at the neighbouring ORT edges: a percentile threshold moves by at most one ORT bin
+    (``2t / num_bins``) from ORT's, and min, max and the edges are exact (entropy with ``num_quantized_bins >=
+    num_bins`` has the single candidate ``(-t, t)`` clipped to ``[min, max]``, so it is exact).
+    """
+
+    passes = 1
+    FINE = 8
+
+    def __init__(self, names: list[str], num_bins: int) -> None:
+        self.names = names
+        self.num_bins = num_bins
+        self.fine = self.FINE * num_bins
+        self.stats: dict[str, list[Any]] = {}  # name -> [min, max] (data dtype scalars)
+        self.half: dict[str, float] = {}  # name -> T (0.0 while every value so far is 0)
+        self.counts: dict[str, Any] = {}  # name -> int64[fine]; while T == 0: int, the number of zeros
+        self._fbuf: Any = None
+        self._ibuf: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in ("_fbuf", "_ibuf")} | {"_fbuf": None, "_ibuf": None}
+
+    def _bins(self, a: Any, half: float) -> Any:
+        """Fine-bin counts of ``a`` (finite, ``|a| <= half``) on ``(-half, half)``: int64[fine]."""
+        import numpy as np
+
+        if self._fbuf is None or self._fbuf.size < a.size:
+            self._fbuf, self._ibuf = np.empty(a.size, np.float32), np.empty(a.size, np.intp)
+        f, i = self._fbuf[: a.size], self._ibuf[: a.size]
+        np.multiply(a, np.float32(self.fine / (2.0 * half)), out=f, casting="unsafe")
+        np.add(f, np.float32(self.fine // 2), out=f)
+        np.copyto(i, f, casting="unsafe")  # truncation; -eps rounds to 0, x == half lands in bin `fine`
+        c = np.bincount(i, minlength=self.fine + 1)
+        c[self.fine - 1] += c[self.fine]
+        return c[: self.fine].astype(np.int64)
+
+    def update(self, name: str, arr: Any) -> None:
+        import numpy as np
+
+        a = np.asarray(arr).reshape(-1)
+        if a.size == 0:
+            return
+        mn, mx = np.min(a), np.max(a)
+        if np.isnan(mn) or np.isnan(mx):  # rare: drop NaNs as np.nanmin / np.histogram(range=...) do
+            a = a[~np.isnan(a)]
+            if a.size == 0:
+                return
+            mn, mx = np.min(a), np.max(a)
+        old = self.stats.get(name)
+        self.stats[name] = [mn, mx] if old is None else [min(old[0], mn), max(old[1], mx)]
+        t = float(max(abs(mn), abs(mx)))
+        if not np.isfinite(t):
+            raise ValueError(f"tensor {name!r} has an infinite value; its histogram range is not finite")
+        half = self.half.get(name, 0.0)
+        if t == 0.0:  # all zeros
+            if half == 0.0:
+                self.counts[name] = self.counts.get(name, 0) + a.size
+            else:
+                self.counts[name][self.fine // 2] += a.size
+            return
+        if half == 0.0:
+            zeros = self.counts.get(name, 0)
+            self.half[name] = half = t
+            self.counts[name] = self._bins(a, half)
+            self.counts[name][self.fine // 2] += zeros
+            return
+        if t > half:  # widen by 2**k: fine bin j of the old grid falls in bin fine/2 + floor((j - fine/2) / 2**k)
+            k = 1
+            while half * 2**k < t:
+                k += 1
+            j = np.arange(self.fine) - self.fine // 2
+            idx = self.fine // 2 + np.floor_divide(j, 2**k)
+            self.counts[name] = np.bincount(idx, weights=self.counts[name], minlength=self.fine).astype(np.int64)
+            self.half[name] = half = half * 2**k
+        self.counts[name] += self._bins(a, half)
+
+    def histogram_dict(self) -> dict[str, tuple[Any, ...]]:
+        """ORT's one-call ``histogram_dict`` entries ``(hist, edges, min, max, t)``, hist rebinned as in the class docstring."""
+        import numpy as np
+
+        out: dict[str, tuple[Any, ...]] = {}
+        for name, (mn, mx) in self.stats.items():
+            t = np.array(max(abs(mn), abs(mx)), dtype=mn.dtype)
+            _, e = np.histogram(np.empty(0, dtype=mn.dtype), self.num_bins, range=(-t, t))  # type: ignore[arg-type]
+            e = e.astype(mn.dtype)
+            half, c = self.half.get(name, 0.0), self.counts[name]
+            if half == 0.0:  # every value is 0: np.histogram puts them in the bin holding 0
+                h = np.histogram(np.zeros(1, dtype=mn.dtype), self.num_bins, range=(-t, t))[0].astype(np.int64) * int(c)  # type: ignore[arg-type]
+            else:
+                grid = np.linspace(-half, half, self.fine + 1)
+                cum = np.concatenate(([0], np.cumsum(c)))
+                at = np.rint(np.interp(e.astype(np.float64), grid, cum)).astype(np.int64)
+                at[0], at[-1] = 0, cum[-1]
+                h = np.diff(at)
+            out[name] = (h, e, mn, mx, t)
         return out
 
 

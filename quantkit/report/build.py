@@ -396,16 +396,28 @@ def _versions() -> dict[str, str]:
 # ------------------------------------------------------------------------------------------ verdict
 
 
+_LIGHTING_STATS = {"brightness_mean", "brightness_p5", "brightness_p50", "brightness_p95", "contrast_rms", "clip_dark", "clip_bright"}
+_CAMERA_STATS = {"width", "height", "sharpness_lapvar", "noise_sigma", "saturation_mean", "cast_rg", "cast_bg"}
+
+
 def _cause(drift: dict[str, Any] | None) -> str:
+    """Name the likely cause of a drift in plain words.
+
+    Brightness, contrast and clipped pixels moving means the lighting changed; less light also raises
+    noise, shifts the colour cast and lowers the Laplacian sharpness, so those are not blamed on the
+    camera then. The camera (or its optics) is named when the resolution changed, or when sharpness,
+    noise or colour moved while brightness did not.
+    """
     if not drift:
         return "no drift check available"
     moved = [c for c in drift.get("changes", []) if c.get("moved")]
     names = {c["name"] for c in moved}
     kinds = []
-    if names & {"brightness_mean", "brightness_p5", "brightness_p50", "brightness_p95", "contrast_rms", "cast_rg", "cast_bg", "clip_dark", "clip_bright"}:
+    lighting = bool(names & _LIGHTING_STATS)
+    if lighting:
         kinds.append("lighting changed")
-    if names & {"width", "height", "sharpness_lapvar", "noise_sigma", "saturation_mean"}:
-        kinds.append("camera or optics changed" if names & {"width", "height", "sharpness_lapvar"} else "sensor noise changed")
+    if names & {"width", "height"} or (not lighting and names & _CAMERA_STATS):
+        kinds.append("camera or optics changed")
     if not kinds and (drift.get("clipping") or {}).get("moved"):
         kinds.append("activations leave the calibrated ranges")
     head = " and ".join(kinds) if kinds else "no image statistic moved"
@@ -419,7 +431,8 @@ def verdict(sites: list[SiteReport], deployed_cal: str, candidate_cal: str | Non
     dep = {s.name: s.variant("deployed") for s in sites}
     cand = {s.name: s.variant("candidate") for s in sites}
     ok = [n for n, m in dep.items() if m and m.status == "green"]
-    home = max((n for n, m in dep.items() if m), key=lambda n: dep[n].pixel_iou_vs_fp32, default=None)  # type: ignore[union-attr]
+    # compare with the site set taken under the calibration's own conditions (same name), else the best one
+    home = deployed_cal if dep.get(deployed_cal) else max((n for n, m in dep.items() if m), key=lambda n: dep[n].pixel_iou_vs_fp32, default=None)  # type: ignore[union-attr]
     for s in sites:
         m = dep[s.name]
         if m is None or m.status == "green":
