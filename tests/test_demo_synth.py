@@ -95,7 +95,7 @@ def test_camera_model_physics() -> None:
 def test_configs_round_trip_and_validate(tmp_path: Path) -> None:
     cfg = synth.load_demo_config(Path(__file__).parents[1] / "params.yaml")
     assert DemoConfig.from_dict(cfg.to_dict()) == cfg
-    assert {"calib-cam1-day", "site-cam2-day"} <= set(cfg.sets) and cfg.lightings["night"].exposure == 0.25
+    assert {"calib-cam1-day", "site-cam2-day"} <= set(cfg.sets) and cfg.lightings["night"].exposure < cfg.lightings["day"].exposure
     with pytest.raises(ConfigError, match="demo.sets.x.camera: 'cam3'"):
         DemoConfig(sets={"x": DemoSetSpec(out="o", camera="cam3")})
     with pytest.raises(ConfigError, match="jpeg_quality"):
