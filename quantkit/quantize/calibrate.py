@@ -263,19 +263,29 @@ class _FineHistogramState:
         return np.linspace(0.0 if self.absolute else -half, half, self.fine + 1)
 
     def _choose_cut(self, c: Any, half: float) -> tuple[Any, Any] | None:
-        """Cut-offs holding ``tail`` of the first batch's counted elements per side, on fine edges; None: count all."""
+        """Cut-offs on fine edges holding at least ``tail`` of the first batch's elements per side and lying at
+        least ``4 FINE + 2`` fine bins (over 4 ORT bins) outside the first batch's own percentile edges, so that
+        saturated tensors (Clip, HardSigmoid: mass piled at the max) keep their edge in the exact region.
+        None: count every element."""
         import numpy as np
 
         if self.tail >= 0.5:
             return None
-        g, want = self._edges(half), self.tail * float(c.sum())
+        g, n = self._edges(half), float(c.sum())
+        margin = 4 * self.FINE + 2
         above = np.cumsum(c[::-1])[::-1]  # above[j]: elements in bins >= j
-        j_hi = int(np.flatnonzero(above >= want)[-1])
+        j_hi = int(np.flatnonzero(above >= self.tail * n)[-1])
+        if self.need > 0.0:
+            j_hi = min(j_hi, int(np.flatnonzero(above >= self.need * n)[-1]) - margin)
+        if j_hi <= 0:
+            return None
         if self.absolute:
-            return None if j_hi == 0 else (np.float32(g[j_hi]), np.float32(g[j_hi]))
+            return np.float32(g[j_hi]), np.float32(g[j_hi])
         below = np.cumsum(c)  # below[j]: elements in bins <= j
-        j_lo = int(np.flatnonzero(below >= want)[0]) + 1
-        if g[j_lo] >= g[j_hi]:
+        j_lo = int(np.flatnonzero(below >= self.tail * n)[0]) + 1
+        if self.need > 0.0:
+            j_lo = max(j_lo, int(np.flatnonzero(below >= self.need * n)[0]) + 1 + margin)
+        if j_lo >= j_hi:
             return None
         return np.float32(g[j_lo]), np.float32(g[j_hi])
 
