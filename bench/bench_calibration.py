@@ -19,8 +19,11 @@ Usage::
         [--set DIR] [--intake DIR] [--impl quantkit ort] [--chunk 1] [--eval-images 4]
 
 Without ``--intake`` the embedded PP-OCR detector is prepared at ``--size`` (opset 13, fixed shape);
-without ``--set`` a calibration set of ``max(N)`` crops of scikit-image's photos is generated into a
-temporary folder (deterministic, seed 0).
+without ``--set`` the demo's calibration set ``calibration_sets/cam1-day`` (64 images) is used, its images
+cycled for larger N; without that folder, ``max(N)`` crops of scikit-image's photos are generated into a
+temporary folder (deterministic, seed 0). Each row also has ``calibration_seconds_per_image`` (quantkit's
+calibration step alone) and, against MinMax of the same implementation and N from the same run,
+``s_per_image_vs_minmax`` and ``calibration_vs_minmax``.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 
 def _prepare_intake(folder: Path, size: int) -> Path:
@@ -79,6 +83,29 @@ def _prepare_set(folder: Path, n: int, size: int) -> Path:
     return folder
 
 
+_DEMO_SET = Path(__file__).resolve().parent.parent / "calibration_sets" / "cam1-day"
+
+
+def _default_set(folder: Path, n: int, size: int) -> Path:
+    """The demo's real calibration set (``calibration_sets/cam1-day``), its images cycled to ``n`` when it has
+    fewer; without it, ``n`` generated crops of scikit-image's photos."""
+    import shutil
+
+    from quantkit.calibset import register_set
+
+    if not _DEMO_SET.exists():
+        return _prepare_set(folder, n, size)
+    images = sorted(p for p in (_DEMO_SET / "images").iterdir() if p.is_file())
+    if len(images) >= n:
+        return _DEMO_SET
+    (folder / "images").mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        src = images[i % len(images)]
+        shutil.copyfile(src, folder / "images" / f"{i:05d}{src.suffix}")
+    register_set(folder, name="bench-cam1-day-cycled", kind="calibration", camera="cam1", lighting="day", site="bench")
+    return folder
+
+
 def _worker(a: argparse.Namespace) -> None:
     """Runs in the child: one quantization, then latency/agreement; prints one JSON line."""
     import logging
@@ -95,8 +122,17 @@ def _worker(a: argparse.Namespace) -> None:
     pre = ExportNote.load(Path(a.intake) / "export_note.json").preprocessing
     cfg = StaticQuantConfig(method=a.method, per_channel=True, max_images=a.n, calibration_chunk_size=a.chunk)
     out = Path(a.out)
+    calib_s: list[float] = []
     t0 = time.perf_counter()
     if a.impl == "quantkit":
+        from quantkit.quantize import engine
+
+        def timed(*args: Any, **kw: Any) -> Any:  # the calibration step's own wall time
+            run = collect_ranges(*args, **kw)
+            calib_s.append(run.seconds)
+            return run
+
+        collect_ranges, engine.collect_ranges = engine.collect_ranges, timed  # type: ignore[assignment]
         quantize(a.intake, cfg, out=out, calibration_set=cset)
         model = out / "model_int8.onnx"
     else:
@@ -139,6 +175,7 @@ def _worker(a: argparse.Namespace) -> None:
         inter += int(np.count_nonzero(bf & bq))
         union += int(np.count_nonzero(bf | bq))
     print(json.dumps({"seconds": round(seconds, 2), "seconds_per_image": round(seconds / a.n, 3),
+                      "calibration_seconds_per_image": round(calib_s[0] / a.n, 3) if calib_s else None,
                       "fp32_ms": round(1000 * float(np.mean(tf[1:] or tf)), 1), "int8_ms": round(1000 * float(np.mean(tq[1:] or tq)), 1),
                       "pixel_iou": round(inter / union, 4) if union else None}))
 
@@ -168,7 +205,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="quantkit-bench-") as tmp_s:
         tmp = Path(tmp_s)
         intake = Path(a.intake) if a.intake else _prepare_intake(tmp / "intake", a.size)
-        cset = Path(a.set) if a.set else _prepare_set(tmp / "set", max(a.n), a.size)
+        cset = Path(a.set) if a.set else _default_set(tmp / "set", max(a.n), a.size)
         results = []
         for n in a.n:
             for method in a.methods:
@@ -193,7 +230,14 @@ def main() -> None:
                         continue
                     results.append({**row, **json.loads(out.strip().splitlines()[-1]), "peak_rss_mb": round(ru / 1024, 1)})
                     print(json.dumps(results[-1]), file=sys.stderr)
-        print(json.dumps({"cpu_count": os.cpu_count(), "results": results}, indent=2))
+        for r in results:  # each configuration against MinMax of the same implementation and N, from this run
+            mm = next((m for m in results if m["impl"] == r["impl"] and m["n"] == r["n"] and m["method"] == "minmax" and "seconds_per_image" in m), None)
+            if mm is not None and "seconds_per_image" in r:
+                r["s_per_image_vs_minmax"] = round(r["seconds_per_image"] / mm["seconds_per_image"], 2)
+                if r.get("calibration_seconds_per_image") and mm.get("calibration_seconds_per_image"):
+                    r["calibration_vs_minmax"] = round(r["calibration_seconds_per_image"] / mm["calibration_seconds_per_image"], 2)
+        print(json.dumps({"cpu_count": os.cpu_count(), "set": a.set or (str(_DEMO_SET) if _DEMO_SET.exists() else "generated"),
+                          "results": results}, indent=2))
 
 
 if __name__ == "__main__":

@@ -61,9 +61,32 @@ def fingerprint(obj: Any) -> str:
     return sha256_bytes(text.encode("utf-8"))
 
 
+OUTPUT_MARKER = ".quantkit-output"
+"""Empty file :func:`atomic_output_dir` puts in every folder it writes, so it knows what it may replace."""
+
+
+def _check_parent(dest: Path) -> None:
+    from .errors import InputFileError
+
+    for parent in dest.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise InputFileError(f"{dest}: {parent} is a file, not a folder; choose another output path")
+            break
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically (temp file in the same folder, fsync, os.replace)."""
+    """Write ``data`` to ``path`` atomically (temp file in the same folder, fsync, os.replace).
+
+    Raises:
+        InputFileError: ``path`` is an existing folder, or one of its parents is a file.
+    """
+    from .errors import InputFileError
+
     dest = Path(path)
+    if dest.is_dir():
+        raise InputFileError(f"{dest}: is a folder; pass a file path for this output")
+    _check_parent(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
     try:
@@ -108,14 +131,29 @@ def atomic_output_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Build a folder in a temporary sibling and swap it into ``path`` only if the block succeeds.
 
     Yields the temporary folder to write into. On success an existing ``path`` is replaced whole; on
-    any exception the temporary folder is removed and ``path`` is left as it was.
+    any exception the temporary folder is removed and ``path`` is left as it was. The folder gets an
+    empty :data:`OUTPUT_MARKER` file; an existing ``path`` is only replaced when it is empty or carries
+    that marker, so a user's own folder (or a file) is never deleted.
+
+    Raises:
+        InputFileError: ``path`` is a file, or a non-empty folder quantkit did not write.
     """
-    dest = Path(path)
+    from .errors import InputFileError
+
+    dest = Path(path).resolve()
+    if dest.exists() and not dest.is_dir():
+        raise InputFileError(f"{path}: is a file; pass a folder path for this output")
+    if dest == Path.cwd().resolve() or dest in Path.cwd().resolve().parents:
+        raise InputFileError(f"{path}: is the current folder or one above it; pass a new output folder")
+    if dest.is_dir() and any(dest.iterdir()) and not (dest / OUTPUT_MARKER).is_file():
+        raise InputFileError(f"{path}: folder exists and holds files quantkit did not write; pass a new or empty output folder")
+    _check_parent(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
     os.chmod(tmp, 0o777 & ~_UMASK)  # mkdtemp creates 0700; give the usual folder mode
     try:
         yield tmp
+        (tmp / OUTPUT_MARKER).touch()
         if dest.exists():
             old = dest.with_name(f".{dest.name}.old")
             if old.exists():

@@ -177,6 +177,12 @@ class StatisticChange:
         return dataclasses.asdict(self)
 
     @property
+    def describable(self) -> bool:
+        """Whether the medians describe the change: false when the calibration median is 0 (no
+        relative change is defined; "changed from 0 to 0" says nothing)."""
+        return self.calibration_median != 0 and math.isfinite(self.calibration_median) and math.isfinite(self.site_median)
+
+    @property
     def phrase(self) -> str:
         """Plain words, e.g. ``"brightness fell 68%"`` or ``"noise rose 2.1x"``."""
         label = PLAIN_NAMES.get(self.name, self.name)
@@ -305,6 +311,7 @@ def _load_set(path: str | Path, role: str) -> _Set:
     entries = manifest.get("images") or []
     if entries:
         images = tuple(p / e["file"] for e in entries if isinstance(e, dict) and "file" in e)
+        _check_images(images, manifest_path, role)
     else:
         from .imageio import IMAGE_SUFFIXES
 
@@ -329,6 +336,21 @@ def _load_set(path: str | Path, role: str) -> _Set:
         "count": len(stats),
     }
     return _Set(p, info, stats, images)
+
+
+def _check_images(images: Sequence[Path], listed_in: Path, role: str) -> None:
+    """Refuse a set whose listed images are gone: statistics read from a stale stats.csv would
+    describe images that no longer exist.
+
+    Raises:
+        CalibrationSetError: naming the first missing file and how many are missing.
+    """
+    missing = [f for f in images if not f.is_file()]
+    if missing:
+        raise CalibrationSetError(
+            f"{missing[0]}: image listed in {listed_in} is missing ({len(missing)} of {len(images)} missing in the {role} set); "
+            "restore the images (dvc checkout / dvc pull) or re-register the set"
+        )
 
 
 def _read_stats(path: Path) -> Any:
@@ -491,13 +513,23 @@ def _clipping(site: _Set, calib: _Set, fp32: Path, quantized: Path, cfg: DriftCo
 # ------------------------------------------------------------------------------------------- verb
 
 
-def _reasons(changes: Sequence[StatisticChange], clipping: Clipping | None, calib_name: str) -> list[str]:
+def describe_changes(changes: Sequence[StatisticChange]) -> list[str]:
+    """Plain phrases (:attr:`StatisticChange.phrase`) of the statistics that moved, most separated
+    first. A moved statistic whose medians cannot describe it (see :attr:`~StatisticChange.describable`)
+    is skipped ("changed from 0 to 0" says nothing); only when no other statistic moved is it named,
+    without numbers ("blown-out pixels shifted")."""
     moved = sorted((c for c in changes if c.moved), key=lambda c: (-c.separation, c.name))
+    phrases = [c.phrase for c in moved if c.describable]
+    return phrases or [f"{PLAIN_NAMES.get(c.name, c.name)} shifted" for c in moved]
+
+
+def _reasons(changes: Sequence[StatisticChange], clipping: Clipping | None, calib_name: str) -> list[str]:
+    phrases = describe_changes(changes)
     reasons = []
-    if moved:
-        reasons.append(f"{moved[0].phrase} vs calibration ({calib_name})" + "".join(f"; {c.phrase}" for c in moved[1:4]))
-        if len(moved) > 4:
-            reasons[-1] += f"; {len(moved) - 4} more statistics moved"
+    if phrases:
+        reasons.append(f"{phrases[0]} vs calibration ({calib_name})" + "".join(f"; {p}" for p in phrases[1:4]))
+        if len(phrases) > 4:
+            reasons[-1] += f"; {len(phrases) - 4} more statistics moved"
     if clipping is not None and clipping.moved:
         reasons.append(
             f"INT8 activations clip {100 * clipping.rate:.2f}% of values vs {100 * clipping.baseline:.2f}% on calibration images "

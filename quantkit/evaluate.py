@@ -145,8 +145,10 @@ def evaluate(site_dir: str | os.PathLike[str], fp32_dir: str | os.PathLike[str],
 
     fdir = Path(fp32_dir)
     fmodel = fdir / "model.onnx"
+    if fdir.is_file():
+        raise InputFileError(f"{fdir}: --fp32 expects the intake folder (model.onnx + export_note.json, e.g. work/intake), not a model file")
     if not fmodel.is_file():
-        raise InputFileError(f"{fmodel}: FP32 model not found; run 'quantkit intake' first")
+        raise InputFileError(f"{fmodel}: FP32 model not found; --fp32 expects the intake folder (model.onnx + export_note.json): run 'quantkit intake' first")
     note = ExportNote.load(fdir / "export_note.json")
     fp32_adapter = config.fp32_adapter()
     min_iou = config.operating_point.match_iou

@@ -50,7 +50,7 @@ def test_bundle_is_content_addressed_with_pointer(built) -> None:
     pointer = json.loads((built.path.parent / "bundle.json").read_text())
     assert pointer["bundle"] == built.path.name and pointer["sha256"] == digest
     assert pointer["record_fingerprint"] == built.record_fingerprint
-    assert sorted(p.name for p in built.path.parent.iterdir()) == sorted([built.path.name, "bundle.json"])
+    assert sorted(p.name for p in built.path.parent.iterdir()) == sorted([built.path.name, "bundle.json", ".quantkit-output"])
 
 
 def test_members_headers_and_manifest_digests(built, pipe) -> None:
@@ -99,7 +99,7 @@ def test_building_twice_gives_identical_bytes(pipe, built, tmp_path: Path) -> No
     assert again.path.name == built.path.name and again.path.read_bytes() == built.path.read_bytes()
     # rebuilding into the same folder replaces it with the same content
     third = build_bundle(pipe["deployed"], pipe["thresholds"], pipe["intake"], pipe["golden"], tmp_path / "dist")
-    assert third.sha256 == built.sha256 and len(list((tmp_path / "dist").iterdir())) == 2
+    assert third.sha256 == built.sha256 and len(list((tmp_path / "dist").iterdir())) == 3
 
 
 def test_gzip_bundle_is_deterministic(pipe, tmp_path: Path) -> None:

@@ -281,3 +281,33 @@ def test_corrupt_model_member_is_named_and_not_run(bundle: Path, tmp_path: Path)
     r = verify_bundle(repack(members, tmp_path, update_manifest=True))
     assert ("runtime", "model_int8.onnx") in [(c.kind, c.name) for c in r.failures]
     assert not any(c.kind == "output" for c in r.checks)
+
+
+def test_junk_archive_fails_with_a_one_line_detail(tmp_path: Path, capsys) -> None:
+    junk = tmp_path / "junk.tar"
+    junk.write_bytes(np.random.default_rng(0).integers(0, 256, 3000, dtype=np.uint8).tobytes())
+    r = verify_bundle(junk)
+    (fail,) = r.failures
+    assert fail.kind == "archive" and "\n" not in fail.detail and "not a tar, tar.gz, tar.bz2 or tar.xz file" in fail.detail
+    assert main(["verify", str(junk)]) == 4
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "junk.tar" in err
+
+
+def test_member_of_another_size_detail_is_not_cut(bundle: Path, tmp_path: Path) -> None:
+    members = read_members(bundle)
+    name = next(n for n in sorted(members) if n != "manifest.json" and n != "model_int8.onnx")
+    members[name] = members[name] + b"extra"
+    r = verify_bundle(repack(members, tmp_path, update_manifest=False))
+    (detail,) = [c.detail for c in r.failures if c.kind == "digest" and c.name == name]
+    assert detail.startswith("not extracted: size ") and f"!= manifest {len(members[name]) - 5} B" in detail
+
+
+def test_bad_threshold_set_json_names_the_file_once(tmp_path: Path) -> None:
+    from quantkit.thresholds.binding import ThresholdSet
+
+    bad = tmp_path / "thc_list.json"
+    bad.write_text("[1, 2]")
+    with pytest.raises(ConfigError) as ei:
+        ThresholdSet.load(bad)
+    assert str(ei.value).count("thc_list.json") == 1 and "expected a mapping" in str(ei.value)

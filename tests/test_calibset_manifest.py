@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from quantkit.calibset import CalibrationSet, diff_sets, list_sets, register_set
+from quantkit.calibset import CalibrationSet, diff_sets, list_sets, register_set, scan_sets
 from quantkit.cli.main import main
 from quantkit.errors import CalibrationSetError, ConfigError
 
@@ -113,6 +113,26 @@ def test_list_sets_finds_registered_folders_only(tmp_path: Path) -> None:
     make_folder(tmp_path / "sets/unregistered")
     found = list_sets(tmp_path / "sets")
     assert [s.name for s in found] == ["x", "b"]
+
+
+def test_list_skips_malformed_manifests_with_a_warning(tmp_path: Path, capsys, caplog: pytest.LogCaptureFixture) -> None:
+    """One malformed manifest somewhere below the root does not abort the listing."""
+    register_set(make_folder(tmp_path / "sets/good"), name="good")
+    broken = register_set(make_folder(tmp_path / "sets/deep/broken", seed=1), name="broken").set.root / "manifest.json"
+    broken.write_text("{not json")
+    (tmp_path / "sets/edited").mkdir()
+    (tmp_path / "sets/edited/manifest.json").write_text(json.dumps({"schema_version": 1, "images": []}))
+    listing = scan_sets(tmp_path / "sets")
+    assert [s.name for s in listing.sets] == ["good"]
+    assert [m for m, _ in listing.skipped] == [str(broken), str(tmp_path / "sets/edited/manifest.json")]
+    assert sum("skipping" in r.getMessage() for r in caplog.records if r.levelname == "WARNING") == 2
+    assert [s.name for s in list_sets(tmp_path / "sets")] == ["good"]
+    assert main(["calibset", "list", str(tmp_path / "sets")]) == 0
+    out = capsys.readouterr().out
+    assert "good" in out and "skipped 2 malformed manifest(s)" in out
+    assert main(["calibset", "list", str(tmp_path / "sets"), "--json"]) == 0
+    cap = capsys.readouterr()
+    assert [d["name"] for d in json.loads(cap.out)] == ["good"] and "skipped 2" in cap.err
 
 
 def _bad_folder(root: Path) -> Path:

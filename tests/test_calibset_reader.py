@@ -107,6 +107,8 @@ def test_unreadable_file_fails_the_run_by_default(tmp_path: Path) -> None:
     with pytest.raises(CalibrationSetError, match="0001.png") as ei:
         r.get_next()
     assert "\n" not in str(ei.value)
+    # no hint at an option the commands reading sets (quantize, compare, bind, evaluate) do not have
+    assert "on_error" not in str(ei.value) and "new version" in str(ei.value)
 
 
 def test_unreadable_files_skipped_and_logged_by_name(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

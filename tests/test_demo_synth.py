@@ -35,7 +35,7 @@ def _files(folder: Path) -> dict[str, bytes]:
 def test_make_set_layout_manifest_and_labels(tmp_path: Path) -> None:
     res = make_set(_config(tmp_path), "day")
     folder = tmp_path / "day"
-    assert sorted(_files(folder)) == ["images/0000.jpg", "images/0001.jpg", "images/0002.jpg", "manifest.json", "stats.csv"]
+    assert sorted(_files(folder)) == [".quantkit-output", "images/0000.jpg", "images/0001.jpg", "images/0002.jpg", "manifest.json", "stats.csv"]
     cset = CalibrationSet.load(folder, verify=True)
     assert (cset.name, cset.kind, cset.camera, cset.lighting, cset.count) == ("day", "calibration", "cam1", "day", 3)
     assert cset.set_id == res.set_id and res.text_boxes == sum(len(e.text_boxes) for e in cset.entries) > 0

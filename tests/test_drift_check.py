@@ -48,6 +48,8 @@ def _set(root: Path, name: str, n: int, seed: int, *, gain=1.0, noise=1.0, width
         if images:
             img = np.clip(rng.normal(120 * gain, 30, (width, width, 3)), 0, 255).astype(np.uint8)
             Image.fromarray(img).save(d / f"images/{i:04d}.png")
+        else:  # the statistics come from stats.csv; the file only has to exist (drift refuses missing images)
+            (d / f"images/{i:04d}.png").write_bytes(b"")
         entries.append({"file": f"images/{i:04d}.png"})
     (d / "manifest.json").write_text(json.dumps({"name": name, "set_id": f"id-{name}", "camera": "cam1", "lighting": "day", "images": entries}))
     return d
@@ -187,8 +189,47 @@ def test_cli_params_and_bad_input(sets, tmp_path, capsys):
     bad = tmp_path / "bad.json"
     code = main(["drift", str(sets["day"]), "--calibration-set", str(sets["calib"]), "--params", str(params), "--out", str(bad)])
     err = capsys.readouterr().err
-    assert code == 2 and "drift.margin" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and f"{params}:drift.margin" in err and len(err.strip().splitlines()) == 1  # names the file passed
     assert not bad.exists()
+    params.write_text("drift:\n  margn: 2\n")
+    code = main(["drift", str(sets["day"]), "--calibration-set", str(sets["calib"]), "--params", str(params), "--out", str(bad)])
+    err = capsys.readouterr().err
+    assert code == 2 and f"{params}:drift: unknown option 'margn'" in err and "params.yaml" not in err.replace(str(params), "")
     code = main(["drift", str(tmp_path / "missing"), "--calibration-set", str(sets["calib"]), "--no-clipping", "--out", str(bad)])
     err = capsys.readouterr().err
     assert code == 2 and "set folder not found" in err and not bad.exists()
+
+
+def test_deleted_images_are_refused_not_read_from_stale_stats(tmp_path, capsys):
+    calib = _set(tmp_path, "calib", 16, 1)
+    site = _set(tmp_path, "site", 8, 2)
+    (site / "images" / "0003.png").unlink()
+    (site / "images" / "0005.png").unlink()
+    with pytest.raises(CalibrationSetError, match=r"images/0003\.png: image listed in .*manifest\.json is missing \(2 of 8 missing in the site set\)"):
+        check_drift(site, calib, NOCLIP)
+    (calib / "images" / "0000.png").unlink()
+    with pytest.raises(CalibrationSetError, match=r"calib/images/0000\.png: .*in the calibration set"):
+        check_drift(_set(tmp_path, "site2", 8, 3), calib, NOCLIP)
+    out = tmp_path / "d.json"
+    assert main(["drift", str(site), "--calibration-set", str(calib), "--no-clipping", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "0003.png" in err and len(err.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_out_folder_is_refused_in_one_line(sets, tmp_path, capsys):
+    folder = tmp_path / "drift"
+    folder.mkdir()
+    assert main(["drift", str(sets["day"]), "--calibration-set", str(sets["calib"]), "--no-clipping", "--out", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert "is a folder" in err and len(err.strip().splitlines()) == 1 and list(folder.iterdir()) == []
+
+
+def test_changes_the_medians_cannot_describe_are_not_printed():
+    from quantkit.drift import StatisticChange, describe_changes
+
+    zero = StatisticChange("clip_bright", 0.0, 0.0, 0.0, 3, True, 0.9)
+    undefined = StatisticChange("clip_dark", 0.0, 0.004, 1e9, 3, True, 0.8)
+    bright = StatisticChange("brightness_mean", 120.0, 36.0, -0.7, 3, True, 0.5)
+    assert describe_changes([zero, undefined, bright]) == ["brightness fell 70%"]
+    assert describe_changes([zero]) == ["blown-out pixels shifted"]  # the only move is still named, without numbers
+    assert not zero.describable and not undefined.describable and bright.describable

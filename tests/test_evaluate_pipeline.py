@@ -200,6 +200,15 @@ def test_evaluate_refuses_mismatched_thresholds_and_bad_sets_without_output(work
     args[1] = str(empty)
     assert main(args) == 2
     assert "manifest.json" in capsys.readouterr().err and not out.exists()
+    # a site set with a missing image: named, one line, and no hint at an option evaluate does not have
+    holed = tmp_path / "holed-site"
+    shutil.copytree(work / "site-night", holed)
+    victim = sorted((holed / "images").iterdir())[0]
+    victim.unlink()
+    args[1] = str(holed)
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and victim.name in err and "on_error" not in err and not out.exists()
 
 
 @pytest.mark.slow

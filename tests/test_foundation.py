@@ -228,3 +228,37 @@ def test_atomic_outputs_get_ordinary_permissions(tmp_path):
         (d / "b.txt").write_text("y")
     assert f.stat().st_mode & 0o777 == 0o666 & ~mask
     assert (tmp_path / "d").stat().st_mode & 0o777 == 0o777 & ~mask
+
+
+def test_atomic_outputs_refuse_to_destroy_what_quantkit_did_not_write(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    user_file = tmp_path / "notes.txt"
+    user_file.write_text("mine")
+    with pytest.raises(InputFileError, match="is a file; pass a folder"):
+        with _io.atomic_output_dir(user_file):
+            pass
+    user_dir = tmp_path / "mine"
+    user_dir.mkdir()
+    (user_dir / "keep.txt").write_text("x")
+    with pytest.raises(InputFileError, match="did not write"):
+        with _io.atomic_output_dir(user_dir):
+            pass
+    with pytest.raises(InputFileError, match="current folder"):
+        with _io.atomic_output_dir("."):
+            pass
+    with pytest.raises(InputFileError, match="is a folder"):
+        _io.atomic_write_text(user_dir, "x")
+    with pytest.raises(InputFileError, match="is a file, not a folder"):
+        _io.atomic_write_text(user_file / "sub.json", "x")
+    assert user_file.read_text() == "mine" and (user_dir / "keep.txt").read_text() == "x"
+    # quantkit's own output (marked) and empty folders are replaced
+    with _io.atomic_output_dir(tmp_path / "out") as d:
+        (d / "a").write_text("1")
+    with _io.atomic_output_dir(tmp_path / "out") as d:
+        (d / "b").write_text("2")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [_io.OUTPUT_MARKER, "b"]
+    (tmp_path / "empty").mkdir()
+    with _io.atomic_output_dir(tmp_path / "empty") as d:
+        (d / "c").write_text("3")
+    assert (tmp_path / "empty" / "c").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "mine", "notes.txt", "out"]

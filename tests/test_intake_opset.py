@@ -136,7 +136,7 @@ def test_intake_detector_contract(tmp_path, capsys):
     src.write_bytes(packaged_model_path().read_bytes())
     assert main(["intake", str(src), "--params", str(params), "--out", str(out)]) == 0
     assert "12 -> 13" in capsys.readouterr().out
-    assert sorted(p.name for p in out.iterdir()) == ["export_note.json", "intake.json", "model.onnx"]
+    assert sorted(p.name for p in out.iterdir()) == [".quantkit-output", "export_note.json", "intake.json", "model.onnx"]
     m = onnx.load(out / "model.onnx")
     dims = [d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim]
     assert dims == [1, 3, 160, 160]

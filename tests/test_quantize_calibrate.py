@@ -46,10 +46,11 @@ def _ort_one_call(model: Path, reader, cfg: StaticQuantConfig, tmp: Path):
         return cal.compute_data()
 
 
-@pytest.mark.parametrize("cfg", [StaticQuantConfig(), StaticQuantConfig(moving_average=True, averaging_constant=0.3),
-                                 StaticQuantConfig(method="percentile"), StaticQuantConfig(method="entropy"),
-                                 StaticQuantConfig(method="distribution", calibration_chunk_size=3)],
-                         ids=["minmax", "minmax-ema", "percentile", "entropy", "distribution"])
+EXACT = [StaticQuantConfig(), StaticQuantConfig(moving_average=True, averaging_constant=0.3), StaticQuantConfig(method="entropy"),
+         StaticQuantConfig(method="entropy", num_bins=256, num_quantized_bins=128), StaticQuantConfig(method="distribution", calibration_chunk_size=3)]
+
+
+@pytest.mark.parametrize("cfg", EXACT, ids=["minmax", "minmax-ema", "entropy", "entropy-kl-two-pass", "distribution"])
 def test_chunked_ranges_equal_ort_one_call_bit_for_bit(env, cfg, tmp_path):
     root, model, cset, pre = env
     ref = _ort_one_call(model, CalibrationSetReader(cset, pre), cfg, tmp_path)
@@ -59,6 +60,30 @@ def test_chunked_ranges_equal_ort_one_call_bit_for_bit(env, cfg, tmp_path):
     for name in ref.data:
         a, b = ref[name].range_value, run.tensors[name].range_value
         assert np.array_equal(np.asarray(a), np.asarray(b)), name  # tolerance: exact (0 ulp)
+
+
+@pytest.mark.parametrize("cfg", [StaticQuantConfig(method="percentile"), StaticQuantConfig(method="percentile", calibration_symmetric=False),
+                                 StaticQuantConfig(method="percentile", percentile=99.0, num_bins=512)],
+                         ids=["percentile", "percentile-asymmetric", "percentile-99"])
+def test_percentile_within_stated_tolerance(env, cfg, tmp_path):
+    """The one-pass percentile's stated tolerance (calibrate._FineHistogramState): each threshold within one ORT
+    bin plus one fine bin of ORT's one-call threshold, i.e. <= 1.5 t / num_bins (absolute, ORT's default) or
+    <= 2.5 t / num_bins (symmetric=False), t = max|x| of the tensor."""
+    root, model, cset, pre = env
+    ref = _ort_one_call(model, CalibrationSetReader(cset, pre), cfg, tmp_path)
+    mm = _ort_one_call(model, CalibrationSetReader(cset, pre), StaticQuantConfig(), tmp_path)
+    run = collect_ranges(model, CalibrationSetReader(cset, pre), cfg, workdir=tmp_path, op_types=adapter.default_op_types("qdq"))
+    assert set(run.tensors.data) == set(ref.data)
+    nb = cfg.num_bins or 2048
+    bound = 1.5 if cfg.calibration_symmetric is None else 2.5
+    exact = 0
+    for name in ref.data:
+        a = np.asarray(ref[name].range_value, np.float64)
+        b = np.asarray(run.tensors[name].range_value, np.float64)
+        t = float(np.max(np.abs(np.asarray(mm[name].range_value, np.float64))))
+        assert np.all(np.abs(a - b) <= bound * t / nb * (1 + 1e-6)), (name, a, b, t)
+        exact += bool(np.array_equal(a, b))
+    assert exact >= 0.9 * len(ref.data)  # measured: all but a few are bit for bit
 
 
 def test_ort_merge_per_call_would_differ(env, tmp_path):
@@ -96,8 +121,11 @@ class _Interrupting(CalibrationSetReader):
         return out
 
 
-@pytest.mark.parametrize("method", ["minmax", "percentile"])
-def test_interrupted_calibration_resumes_from_checkpoint(env, tmp_path, method):
+@pytest.mark.parametrize("method", ["minmax", "percentile", "distribution"])
+def test_interrupted_calibration_resumes_from_checkpoint(env, tmp_path, method, monkeypatch):
+    from quantkit.quantize import calibrate
+
+    monkeypatch.setattr(calibrate, "CHECKPOINT_INTERVAL_S", 0.0)  # save after every chunk
     root, model, cset, pre = env
     cfg = StaticQuantConfig(method=method, calibration_chunk_size=2)
     ckpt = tmp_path / "ckpt"
@@ -107,7 +135,7 @@ def test_interrupted_calibration_resumes_from_checkpoint(env, tmp_path, method):
     assert (saved["pass"], saved["done"]) == (1, 4)  # chunks [0,2) and [2,4) finished before the interrupt
     again = _Interrupting(cset, pre)
     run = collect_ranges(model, again, cfg, workdir=tmp_path, checkpoint=ckpt, key="k")
-    passes = 2 if method != "minmax" else 1
+    passes = 2 if method == "distribution" else 1  # percentile: one pass (its repair pass is not needed here)
     assert len(again.seen) == 8 * passes - 4  # the 4 finished images were not read again
     assert run.resumed_batches == 4
     full = collect_ranges(model, CalibrationSetReader(cset, pre), cfg, workdir=tmp_path)
@@ -132,3 +160,68 @@ def test_max_images_and_empty(env, tmp_path):
 
     with pytest.raises(CalibrationSetError, match="no images to calibrate on"):
         collect_ranges(model, Empty(), StaticQuantConfig(), workdir=tmp_path)
+
+
+def _ort_histogram_one_call(batches, method, symmetric, num_bins, percentile=99.999):
+    from onnxruntime.quantization.calibrate import HistogramCollector
+
+    c = HistogramCollector(method=method, symmetric=symmetric, num_bins=num_bins, num_quantized_bins=num_bins, percentile=percentile, scenario="same")
+    with quiet_ort():
+        c.collect({"t": np.concatenate(batches)})
+        return c, c.compute_collection_result()["t"]
+
+
+@pytest.mark.parametrize("absolute", [True, False])
+def test_fine_histogram_growing_range_within_tolerance(absolute):
+    """Batches whose range grows (the fine grid widens by powers of two) and with NaNs and all-zero batches."""
+    from onnxruntime.quantization.calibrate import HistogramCollector
+
+    from quantkit.quantize.calibrate import _FineHistogramState
+
+    rng = np.random.default_rng(0)
+    batches = [np.zeros(1000, np.float32)] + [(rng.standard_normal(20000) * s + o).astype(np.float32) for s, o in [(0.1, 0), (1, 0.5), (0.5, -1), (7, 0), (2, 3)]]
+    batches[2][5] = np.nan
+    nb, p = 2048, 99.99
+    need = (100 - p) / (100 if absolute else 200)
+    st = _FineHistogramState(["t"], nb, absolute, need)
+    for b in batches:
+        st.update("t", b)
+    assert st.unresolved() == []
+    _, ref = _ort_histogram_one_call([b[~np.isnan(b)] for b in batches], "percentile", absolute, nb, p)
+    c = HistogramCollector(method="percentile", symmetric=absolute, num_bins=nb, num_quantized_bins=nb, percentile=p, scenario="same")
+    c.histogram_dict = st.histogram_dict()
+    with quiet_ort():
+        got = c.compute_collection_result()["t"]
+    t = max(abs(float(np.nanmin(np.concatenate(batches)))), abs(float(np.nanmax(np.concatenate(batches)))))
+    for r, g in zip(ref[:2], got[:2]):
+        assert abs(float(r) - float(g)) <= (1.5 if absolute else 2.5) * t / nb, (r, g)
+    h = c.histogram_dict["t"]
+    assert int(h[0].sum()) == sum(int(np.count_nonzero(~np.isnan(b))) for b in batches)
+    assert h[2] == np.nanmin(np.concatenate(batches)) and h[3] == np.nanmax(np.concatenate(batches))
+
+
+def test_fine_histogram_flags_tails_that_outgrew_the_first_batch():
+    """A first batch, then many more elements all inside its cut-off: the global percentile edge falls below the
+    cut-off (the exactly counted tail is too light), so the tensor is flagged for the exact second pass, and
+    the repaired histogram gives ORT's one-call thresholds bit for bit."""
+    from onnxruntime.quantization.calibrate import HistogramCollector
+
+    from quantkit.quantize.calibrate import _FineHistogramState, _HistogramState
+
+    rng = np.random.default_rng(1)
+    batches = [rng.uniform(-1, 1, 10000).astype(np.float32)] + [rng.uniform(0.5, 0.9, 4_000_000).astype(np.float32) for _ in range(3)]
+    st = _FineHistogramState(["t"], 2048, True, 1e-5)
+    for b in batches:
+        st.update("t", b)
+    assert st.unresolved() == ["t"]
+    mn, mx, amin = st.stats["t"]
+    st.repair = _HistogramState(["t"], True, 2048)
+    st.repair.stats["t"] = [mn, mx, amin, max(abs(mn), abs(mx))]
+    for b in batches:
+        st.repair.count("t", b)
+    _, ref = _ort_histogram_one_call(batches, "percentile", True, 2048)
+    c = HistogramCollector(method="percentile", symmetric=True, num_bins=2048, num_quantized_bins=2048, percentile=99.999, scenario="same")
+    c.histogram_dict = st.histogram_dict()
+    with quiet_ort():
+        got = c.compute_collection_result()["t"]
+    assert np.array_equal(np.asarray(ref[:2]), np.asarray(got[:2]))

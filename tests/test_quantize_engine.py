@@ -40,7 +40,7 @@ def env(tmp_path_factory):
 
 def test_cli_static_writes_model_and_complete_record(env):
     root, intake, cset, params, out = env
-    assert sorted(p.name for p in out.iterdir()) == ["model_int8.onnx", "record.json"]
+    assert sorted(p.name for p in out.iterdir()) == [".quantkit-output", "model_int8.onnx", "record.json"]
     assert not list(out.parent.glob(".deployed*"))  # no temp folder or checkpoint left behind
     rec = CalibrationRecord.load(out / "record.json")
     raw = json.loads((out / "record.json").read_text())
@@ -162,6 +162,9 @@ def test_bad_input_one_line_nonzero_no_output(env, tmp_path, capsys):
 
 @pytest.mark.slow  # >10 s on the shared 2-core machine
 def test_failed_run_keeps_previous_output_and_checkpoint(env, tmp_path, monkeypatch):
+    from quantkit.quantize import calibrate
+
+    monkeypatch.setattr(calibrate, "CHECKPOINT_INTERVAL_S", 0.0)  # save after every chunk
     root, intake, cset, params, out = env
     dest = tmp_path / "keep"
     quantize(intake, StaticQuantConfig(), out=dest, calibration_set=cset)
@@ -200,3 +203,74 @@ def test_exclusions_keep_nodes_float(tmp_path):
     assert not (tmp_path / "q2").exists()
     with pytest.raises(ModelError):
         quantize(tmp_path / "nowhere", DynamicQuantConfig(), out=tmp_path / "q3")
+
+
+def test_changed_image_after_registration_fails_naming_it(tmp_path, capsys):
+    """A set whose image was overwritten after registration is not calibrated under its old set id."""
+    intake = make_tiny_intake(tmp_path / "intake")
+    cset = make_set(tmp_path / "set", 3, size=32)
+    victim = sorted((cset / "images").iterdir())[1]
+    shutil.copyfile(sorted((cset / "images").iterdir())[0], victim)
+    dest = tmp_path / "q"
+    _fails(["quantize", str(intake), "--calibration-set", str(cset), "--out", str(dest)], capsys, victim.name)
+    main(["quantize", str(intake), "--calibration-set", str(cset), "--out", str(dest)])
+    assert "as a new version" in capsys.readouterr().err
+    from quantkit.errors import CalibrationSetError
+
+    with pytest.raises(CalibrationSetError, match="content changed since registration"):
+        quantize(intake, StaticQuantConfig(), out=dest, calibration_set=cset)
+    from quantkit.calibset import CalibrationSet
+
+    loaded = CalibrationSet.load(cset)  # an already-loaded set object is verified too
+    with pytest.raises(CalibrationSetError, match=victim.name):
+        quantize(intake, StaticQuantConfig(), out=dest, calibration_set=loaded)
+    assert not dest.exists()
+
+
+def test_dynamic_with_calibration_set_is_an_error(tmp_path, capsys):
+    intake = make_tiny_intake(tmp_path / "intake")
+    cset = make_set(tmp_path / "set", 2, size=32)
+    dest = tmp_path / "d"
+    _fails(["quantize", str(intake), "--dynamic", "--calibration-set", str(cset), "--out", str(dest)], capsys,
+           "--calibration-set applies to static quantization only")
+    _fails(["quantize", str(intake), "--dynamic", "--max-images", "2", "--out", str(dest)], capsys, "--max-images applies to static")
+    with pytest.raises(UnsupportedOptionError, match="drop --calibration-set"):
+        quantize(intake, DynamicQuantConfig(), out=dest, calibration_set=cset)
+    assert not dest.exists()
+
+
+def test_summary_says_how_many_images_were_used(tmp_path, capsys):
+    intake = make_tiny_intake(tmp_path / "intake")
+    cset = make_set(tmp_path / "set", 4, size=32)
+    assert main(["quantize", str(intake), "--calibration-set", str(cset), "--max-images", "2", "--out", str(tmp_path / "a")]) == 0
+    assert "2 of 4 images" in capsys.readouterr().out
+    assert main(["quantize", str(intake), "--calibration-set", str(cset), "--out", str(tmp_path / "b")]) == 0
+    out = capsys.readouterr().out
+    assert ", 4 images," in out and " of " not in out
+
+
+def test_summary_labels_activation_typed_constants():
+    """Initializers ORT quantized with the activation type (scalar Mul/Add operands) print as 'constant'."""
+    from types import SimpleNamespace
+
+    from quantkit.cli.quantize import role_counts
+
+    def t(role, dtype):
+        return SimpleNamespace(role=role, dtype=dtype)
+
+    rec = SimpleNamespace(config={"weight_type": "int8", "activation_type": "uint8"},
+                          tensors=[t("weight", "int8"), t("weight", "int8"), t("weight", "uint8"), t("bias", "int32"), t("activation", "uint8")])
+    assert role_counts(rec) == {("activation", "uint8"): 1, ("bias", "int32"): 1, ("constant", "uint8"): 1, ("weight", "int8"): 2}
+    same = SimpleNamespace(config={"weight_type": "uint8", "activation_type": "uint8"}, tensors=[t("weight", "uint8")])
+    assert role_counts(same) == {("weight", "uint8"): 1}  # indistinguishable by dtype: the record's role
+
+
+def test_compare_on_a_dynamic_record_says_it_needs_a_static_one(tmp_path, capsys):
+    intake = make_tiny_intake(tmp_path / "intake")
+    cset = make_set(tmp_path / "set", 2, size=32)
+    assert main(["quantize", str(intake), "--dynamic", "--out", str(tmp_path / "dyn")]) == 0
+    capsys.readouterr()
+    _fails(["compare", str(intake), str(tmp_path / "dyn"), "--set", str(cset)], capsys,
+           "dynamic one: it has no activation scales")
+    main(["compare", str(intake), str(tmp_path / "dyn"), "--set", str(cset)])
+    assert "compare needs a static record" in capsys.readouterr().err

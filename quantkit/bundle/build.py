@@ -40,6 +40,7 @@ import numpy as np
 
 from .. import __version__
 from .._io import (
+    OUTPUT_MARKER,
     atomic_output_dir,
     atomic_write_json,
     fingerprint,
@@ -399,7 +400,7 @@ def _check_out_dir(out: Path) -> None:
     if out.exists() and not out.is_dir():
         raise InputFileError(f"{out}: exists and is not a folder; pass a folder to --out")
     if out.is_dir():
-        foreign = sorted(p.name for p in out.iterdir() if not (BUNDLE_NAME.match(p.name) or p.name == POINTER_NAME))
+        foreign = sorted(p.name for p in out.iterdir() if not (BUNDLE_NAME.match(p.name) or p.name in (POINTER_NAME, OUTPUT_MARKER)))
         if foreign:
             raise InputFileError(f"{out}: holds files quantkit bundle did not write ({foreign[0]!r}); pass an empty or new --out folder")
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -307,6 +308,24 @@ def verify_bundle(bundle: str | Path, config: VerifyConfig | None = None) -> Ver
     return VerificationReport(str(path), cfg.providers, tuple(v.checks), v.divergence, v.runtime)
 
 
+_TAR_METHODS = re.compile(r"file could not be opened successfully:(?:\s*- method \w+: \w+\('[^']*'\))+")
+
+
+def _one_line(text: str) -> str:
+    """A failure detail on one line: tarfile's per-compression-method list ("- method gz: ...") becomes
+    one phrase, and any other line break a space."""
+    text = _TAR_METHODS.sub("not a tar, tar.gz, tar.bz2 or tar.xz file", text)
+    return " ".join(part.strip() for part in text.splitlines() if part.strip())
+
+
+def _digest_detail(d: Any) -> str:
+    """Detail of a member whose digest or size differs from ``manifest.json``. A member whose size differs
+    is not extracted (:func:`quantkit.bundle.archive.safe_extract`), so it has no digest to show."""
+    if not re.fullmatch(r"[0-9a-f]{64}", d.actual_sha256):
+        return f"{d.actual_sha256}: size {d.actual_size} B != manifest {d.expected_size} B; member tampered or corrupt"
+    return f"sha256 {d.actual_sha256[:12]} ({d.actual_size} B) != manifest {d.expected_sha256[:12]} ({d.expected_size} B); member tampered or corrupt"
+
+
 class _Verifier:
     def __init__(self, path: Path, cfg: VerifyConfig, profile: CapabilityProfile | str | None) -> None:
         self.path, self.cfg, self.profile = path, cfg, profile
@@ -326,12 +345,12 @@ class _Verifier:
         try:
             ex = safe_extract(self.path, tmp / "bundle")
         except VerificationError as e:
-            self.add("archive", "extraction", "fail", str(e).split(": ", 1)[-1])
+            self.add("archive", "extraction", "fail", _one_line(str(e).split(": ", 1)[-1]))
             return
         self.add("archive", "extraction", "pass", f"{len(ex.digests)} members, regular files only, none outside the folder")
         bad = [d for d in ex.digests if not d.ok]
         for d in bad:
-            self.add("digest", d.name, "fail", f"sha256 {d.actual_sha256[:12]} ({d.actual_size} B) != manifest {d.expected_sha256[:12]} ({d.expected_size} B); member tampered or corrupt")
+            self.add("digest", d.name, "fail", _digest_detail(d))
         if not bad:
             self.add("digest", "members", "pass", f"{len(ex.digests)} members match manifest.json")
         if not ok or bad:

@@ -3,16 +3,35 @@
 See ``docs/ARCHITECTURE.md`` for the folder layout and the manifest schema.
 """
 
-from .manifest import CalibrationSet, ImageEntry, RegisterResult, SetDiff, compute_set_id, diff_sets, list_sets, register_set
-from .stats import STAT_COLUMNS, compute_stats, image_statistics, plot_stats, read_stats_csv, summarize
+from .manifest import (
+    CalibrationSet,
+    ImageEntry,
+    RegisterResult,
+    SetDiff,
+    SetListing,
+    compute_set_id,
+    diff_sets,
+    list_sets,
+    register_set,
+    scan_sets,
+)
+from .stats import (
+    STAT_COLUMNS,
+    compute_stats,
+    image_statistics,
+    plot_stats,
+    read_stats_csv,
+    summarize,
+)
 
 __all__ = [
+    "STAT_COLUMNS",
     "CalibrationSet",
     "CalibrationSetReader",
     "ImageEntry",
     "RegisterResult",
-    "STAT_COLUMNS",
     "SetDiff",
+    "SetListing",
     "compute_set_id",
     "compute_stats",
     "diff_sets",
@@ -21,6 +40,7 @@ __all__ = [
     "plot_stats",
     "read_stats_csv",
     "register_set",
+    "scan_sets",
     "summarize",
 ]
 

@@ -154,9 +154,9 @@ class CalibrationSet:
             try:
                 digest = sha256_file(p)
             except FileNotFoundError:
-                raise CalibrationSetError(f"{p}: listed in {self.root / MANIFEST} but missing; restore it (dvc pull) or register a new set") from None
+                raise CalibrationSetError(f"{p}: listed in {self.root / MANIFEST} but missing; restore it (dvc pull) or register the changed set as a new version") from None
             if digest != e.sha256:
-                raise CalibrationSetError(f"{p}: content changed since registration (sha256 {digest[:12]} != {e.sha256[:12]}); register the changed images as a new set")
+                raise CalibrationSetError(f"{p}: content changed since registration (sha256 {digest[:12]} != {e.sha256[:12]}); restore it (dvc pull) or register the changed set as a new version (copy the folder, then 'quantkit calibset register')")
 
     def stats(self) -> "Any":
         """Per-image statistics DataFrame from ``stats.csv`` (see :mod:`quantkit.calibset.stats`)."""
@@ -381,21 +381,53 @@ def diff_sets(a: CalibrationSet, b: CalibrationSet) -> SetDiff:
     )
 
 
-def list_sets(root: str | os.PathLike[str]) -> list[CalibrationSet]:
-    """Every registered set (a folder with ``manifest.json``) under ``root``, sorted by path.
+@dataclasses.dataclass(frozen=True)
+class SetListing:
+    """What :func:`scan_sets` found: the loadable sets (sorted by path) and the manifests it skipped,
+    as ``(manifest path, one-line reason)`` pairs (sorted by path)."""
 
-    Hidden folders (``.dvc``, temporary ``.name.tmp`` folders) are not searched.
+    sets: tuple[CalibrationSet, ...]
+    skipped: tuple[tuple[str, str], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sets": [c.to_dict() for c in self.sets], "skipped": [{"manifest": m, "reason": r} for m, r in self.skipped]}
+
+    def __repr__(self) -> str:
+        return f"SetListing({len(self.sets)} sets, skipped={len(self.skipped)})"
+
+
+def scan_sets(root: str | os.PathLike[str]) -> SetListing:
+    """Every registered set (a folder with ``manifest.json``) under ``root``, sorted by path; a manifest
+    that does not load (malformed, edited, unreadable) is logged as a WARNING and listed in ``skipped``,
+    so one bad folder somewhere below ``root`` does not hide the others.
+
+    Hidden folders (``.dvc``, temporary ``.name.tmp`` folders) and ``images/`` folders are not searched;
+    folders that cannot be read are passed over silently (as ``os.walk`` does).
 
     Raises:
         InputFileError: ``root`` is not a folder.
-        CalibrationSetError: a manifest under ``root`` is malformed (names it).
     """
     base = Path(root)
     if not base.is_dir():
         raise InputFileError(f"{base}: not a folder; pass the folder that holds your sets")
-    found = []
+    found: list[CalibrationSet] = []
+    skipped: list[tuple[str, str]] = []
     for dirpath, dirnames, filenames in os.walk(base):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != IMAGES)
         if MANIFEST in filenames:
-            found.append(CalibrationSet.load(dirpath))
-    return sorted(found, key=lambda s: str(s.root))
+            try:
+                found.append(CalibrationSet.load(dirpath))
+            except (CalibrationSetError, OSError) as e:
+                log.warning("skipping %s: %s", Path(dirpath) / MANIFEST, e)
+                skipped.append((str(Path(dirpath) / MANIFEST), str(e)))
+    return SetListing(tuple(sorted(found, key=lambda c: str(c.root))), tuple(sorted(skipped)))
+
+
+def list_sets(root: str | os.PathLike[str]) -> list[CalibrationSet]:
+    """The loadable sets under ``root``, sorted by path (:func:`scan_sets` without the skipped list;
+    malformed manifests are skipped with a logged warning).
+
+    Raises:
+        InputFileError: ``root`` is not a folder.
+    """
+    return list(scan_sets(root).sets)

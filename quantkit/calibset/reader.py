@@ -106,7 +106,9 @@ class CalibrationSetReader(CalibrationDataReader):
                     x, tf = self.preprocessing.apply(load_image(path))
                 except InputFileError as err:
                     if self.on_error == "fail":
-                        raise CalibrationSetError(f"{err}; or read with on_error=skip") from None
+                        # No "on_error=skip" hint here: the commands that read sets (quantize, compare, evaluate,
+                        # bind) have no such option; only the Python API does (see the module docstring).
+                        raise CalibrationSetError(f"{err}; restore it (dvc pull) or register the set without it as a new version") from None
                     log.warning("skipping unreadable image %s", err)
                     if e.file not in self.skipped:
                         self.skipped.append(e.file)

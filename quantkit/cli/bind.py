@@ -39,11 +39,18 @@ def _fmt(est: dict | None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from ..config import load_params
+    from ..errors import ConfigError, InputFileError
     from ..thresholds.operating_point import ThresholdsConfig, bind
 
-    cfg = ThresholdsConfig.from_dict(load_params(args.params, "thresholds"), where="params.yaml:thresholds") if args.params else ThresholdsConfig()
+    try:
+        cfg = ThresholdsConfig.from_dict(load_params(args.params, "thresholds"), where=f"{args.params}: thresholds") if args.params else ThresholdsConfig()
+    except ConfigError as e:
+        raise _in_params_file(e, args.params) from None
     if args.mode:
         cfg = cfg.replace(operating_point=cfg.operating_point.replace(mode=args.mode))
+    if not (args.fp32 / "model.onnx").is_file() or not (args.fp32 / "export_note.json").is_file():
+        raise InputFileError(f"{args.fp32}: --fp32 expects the intake folder (model.onnx + export_note.json, e.g. work/intake); "
+                             "run 'quantkit intake MODEL --out DIR' and pass DIR")
     result = bind(args.quant_dir, args.fp32, args.reference, cfg, args.out, history=args.history)
     ts = result.threshold_set
     if args.json:
@@ -71,3 +78,9 @@ def run(args: argparse.Namespace) -> int:
         lines.append(f"  history: {args.history} += {result.history_entry['reason']}")
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
+
+
+def _in_params_file(e: Exception, params: object) -> Exception:
+    """``e`` (a ConfigError) with its message prefixed by the params file, unless it already names it."""
+    msg = str(e)
+    return type(e)(msg if msg.startswith(f"{params}: ") else f"{params}: {msg}")

@@ -73,19 +73,28 @@ def _register(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from ..calibset import list_sets
+    import sys
 
-    sets = list_sets(args.root)
-    if args.json:
+    from ..calibset import scan_sets
+
+    listing = scan_sets(args.root)
+    sets = listing.sets
+    note = (f"skipped {len(listing.skipped)} malformed manifest(s) (first: {listing.skipped[0][0]}); "
+            "see the warnings above or run 'quantkit calibset show FOLDER'") if listing.skipped else ""
+    if args.json:  # stdout stays the list of sets; the skipped count goes to stderr
         _print_json([s.to_dict() for s in sets])
+        if note:
+            sys.stderr.write(note + "\n")
         return 0
     if not sets:
         print(f"no registered sets under {args.root}")
-        return 0
-    import pandas as pd
+    else:
+        import pandas as pd
 
-    table = pd.DataFrame([{**s.to_dict(), "set_id": s.set_id[:12]} for s in sets])
-    print(table[["path", "name", "kind", "camera", "lighting", "count", "set_id"]].to_string(index=False))
+        table = pd.DataFrame([{**s.to_dict(), "set_id": s.set_id[:12]} for s in sets])
+        print(table[["path", "name", "kind", "camera", "lighting", "count", "set_id"]].to_string(index=False))
+    if note:
+        print(note)
     return 0
 
 

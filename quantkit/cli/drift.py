@@ -30,10 +30,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..config import load_params
     from ..drift import PLAIN_NAMES, DriftConfig, check_drift
+    from ..errors import InputFileError
+    from .report import config_from_params
 
-    cfg = DriftConfig.from_dict(load_params(args.params, "drift"), where="params.yaml:drift") if args.params else DriftConfig()
+    cfg = config_from_params(DriftConfig, args.params, "drift") if args.params else DriftConfig()
+    if args.out is not None and args.out.is_dir():  # fail before the (slow) check, not after it
+        raise InputFileError(f"{args.out}: is a folder; --out takes the drift result's file path, e.g. {args.out / 'site.json'}")
     if args.no_clipping:
         cfg = cfg.replace(clipping=False)
     result = check_drift(args.site_set, args.calibration_set, cfg, quantized=args.quantized, fp32=args.fp32)
@@ -47,8 +50,9 @@ def run(args: argparse.Namespace) -> int:
     out.append(f"  {'statistic':<26} {'calib':>10} {'site':>10} {'change':>8}  metrics moved")
     for c in result.changes:
         mark = "MOVED" if c.moved else ""
+        change = f"{100 * c.relative_change:>7.0f}%" if c.describable else f"{'–':>8}"  # undefined when the calibration median is 0
         out.append(f"  {PLAIN_NAMES.get(c.name, c.name):<26} {c.calibration_median:>10.4g} {c.site_median:>10.4g} "
-                   f"{100 * c.relative_change:>7.0f}%  {c.metrics_moved}/{len(cfg.metrics)} {mark}")
+                   f"{change}  {c.metrics_moved}/{len(cfg.metrics)} {mark}")
     if result.clipping:
         k = result.clipping
         out.append(f"  clipping: {100 * k.rate:.3f}% vs baseline {100 * k.baseline:.3f}% (threshold {100 * k.threshold:.3f}%)"

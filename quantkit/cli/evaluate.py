@@ -36,7 +36,10 @@ def run(args: argparse.Namespace) -> int:
     from ..evaluate import evaluate
     from ..thresholds.operating_point import ThresholdsConfig
 
-    cfg = ThresholdsConfig.from_dict(load_params(args.params, "thresholds"), where="params.yaml:thresholds") if args.params else ThresholdsConfig()
+    try:
+        cfg = ThresholdsConfig.from_dict(load_params(args.params, "thresholds"), where=f"{args.params}: thresholds") if args.params else ThresholdsConfig()
+    except ConfigError as e:
+        raise _in_params_file(e, args.params) from None
     if (args.candidate is None) != (args.candidate_thresholds is None):
         raise ConfigError("--candidate and --candidate-thresholds go together; pass both or neither")
     roles = {"deployed": (args.deployed, args.deployed_thresholds)}
@@ -58,3 +61,9 @@ def run(args: argparse.Namespace) -> int:
                      f"{f(m['box_f1_vs_fp32']):>7} {f(m['precision']):>6} {f(m['recall']):>6} {m['mean_latency_ms']:>8.1f}")
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
+
+
+def _in_params_file(e: Exception, params: object) -> Exception:
+    """``e`` (a ConfigError) with its message prefixed by the params file, unless it already names it."""
+    msg = str(e)
+    return type(e)(msg if msg.startswith(f"{params}: ") else f"{params}: {msg}")

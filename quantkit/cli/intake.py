@@ -26,9 +26,13 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..config import load_params
+    from ..errors import ConfigError
     from ..intake import IntakeConfig, intake
 
-    cfg = IntakeConfig.from_dict(load_params(args.params, "intake"))
+    try:
+        cfg = IntakeConfig.from_dict(load_params(args.params, "intake"), where=f"{args.params}: intake")
+    except ConfigError as e:
+        raise _in_params_file(e, args.params) from None
     if args.accept_numeric_change:
         cfg = cfg.replace(accept_numeric_change=True)
     r = intake(args.model, cfg, args.out)
@@ -47,3 +51,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"framework   {r.note.provenance.framework} ({r.framework_evidence})")
     print(f"validation  {'ok' if r.validation.ok else 'FAILED'}")
     return 0
+
+
+def _in_params_file(e: Exception, params: object) -> Exception:
+    """``e`` (a ConfigError) with its message prefixed by the params file, unless it already names it."""
+    msg = str(e)
+    return type(e)(msg if msg.startswith(f"{params}: ") else f"{params}: {msg}")

@@ -30,15 +30,15 @@ def register(subparsers: Any) -> None:
 def build_config(args: argparse.Namespace) -> Any:
     """Params section + flag overrides -> StaticQuantConfig or DynamicQuantConfig."""
     from ..config import load_params
-    from ..errors import ConfigError
+    from ..errors import UnsupportedOptionError
     from ..quantize import DynamicQuantConfig, StaticQuantConfig
 
     section: dict[str, Any] = dict(load_params(args.params, args.section)) if args.params else {}
     dynamic_section = section.pop("dynamic", {}) or {}
     if args.dynamic:
-        for flag in ("method", "chunk_size", "max_images", "checkpoint"):
+        for flag in ("calibration_set", "method", "chunk_size", "max_images", "checkpoint"):
             if getattr(args, flag) is not None:
-                raise ConfigError(f"--{flag.replace('_', '-')} applies to static quantization only; drop it or drop --dynamic")
+                raise UnsupportedOptionError(f"--{flag.replace('_', '-')} applies to static quantization only; drop it or drop --dynamic")
         return DynamicQuantConfig.from_dict(dynamic_section, where=f"{args.params or 'params'}: {args.section}.dynamic")
     overrides = {"method": args.method, "calibration_chunk_size": args.chunk_size, "max_images": args.max_images}
     section.update({k: v for k, v in overrides.items() if v is not None})
@@ -60,14 +60,32 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
         return 0
-    table = rec.table()
-    counts = table.groupby(["role", "dtype"]).size()
     w = sys.stdout.write
     w(f"wrote {args.out}/model_int8.onnx and record.json ({rec.mode}, opset {rec.opset_before} -> {rec.opset_after})\n")
     if rec.calibration_set:
         cs = rec.calibration_set
-        w(f"calibration set: {cs['name']} ({cs['camera']}/{cs['lighting']}, {cs['count']} images, id {cs['set_id'][:12]})\n")
+        used = (rec.calibration or {}).get("images")
+        images = f"{used} of {cs['count']} images" if isinstance(used, int) and used != cs["count"] else f"{cs['count']} images"
+        w(f"calibration set: {cs['name']} ({cs['camera']}/{cs['lighting']}, {images}, id {cs['set_id'][:12]})\n")
     w(f"fingerprint: {rec.fingerprint}\n")
-    for (role, dtype), n in counts.items():
-        w(f"  {role:<10} {dtype:<6} {n:>5} tensors\n")
+    for (label, dtype), n in role_counts(rec).items():
+        w(f"  {label:<10} {dtype:<6} {n:>5} tensors\n")
+    if any(label == "constant" for label, _ in role_counts(rec)):
+        w("  constant = initializer ORT quantized with the activation type (e.g. a scalar Mul/Add operand); role 'weight' in record.json\n")
     return 0
+
+
+def role_counts(rec: Any) -> dict[tuple[str, str], int]:
+    """Tensors per (printed label, dtype), sorted. The label is the record's role, except that a ``weight``
+    whose dtype is the activation type and not the weight type is printed as ``constant``: ORT quantizes
+    initializers that are not weights of a Conv/MatMul/Gemm (scalar Mul/Add operands) with the activation
+    type. The record's roles themselves are unchanged."""
+    cfg = rec.config or {}
+    wtype, atype = cfg.get("weight_type"), cfg.get("activation_type")
+    counts: dict[tuple[str, str], int] = {}
+    for t in rec.tensors:
+        label = t.role
+        if t.role == "weight" and wtype and atype and wtype != atype and t.dtype == atype:
+            label = "constant"
+        counts[(label, t.dtype)] = counts.get((label, t.dtype), 0) + 1
+    return dict(sorted(counts.items()))

@@ -6,6 +6,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from ..config import Config
+
+C = TypeVar("C", bound="Config")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,20 +36,42 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def config_from_params(cls: type[C], params: Path, section: str) -> C:
+    """``cls`` from section ``section`` of the params file ``params``; every ConfigError names that file.
+
+    Raises:
+        InputFileError: the params file is missing or not YAML.
+        ConfigError: ``PARAMS:section.field: ...`` for an unknown, mistyped or out-of-range option.
+    """
     from ..config import load_params
     from ..errors import ConfigError
+
+    data = load_params(params, section)
+    try:
+        return cls.from_dict(data, where=f"{params}:{section}")
+    except ConfigError as e:
+        msg = str(e)
+        if msg.startswith(f"{params}:"):
+            raise
+        raise ConfigError(f"{params}:{msg}") from None  # range checks in validate() name only "section.field"
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..errors import ConfigError, InputFileError
     from ..report import ReportConfig, ReportInputs, make_report
 
     if (args.candidate is None) != (args.candidate_thresholds is None):
         raise ConfigError("--candidate and --candidate-thresholds go together; pass both or neither")
-    cfg = ReportConfig.from_dict(load_params(args.params, "report"), where="params.yaml:report") if args.params else ReportConfig()
+    if args.out.exists() and not args.out.is_dir():
+        raise InputFileError(f"{args.out}: is a file; --out takes a folder (the report writes several files into it)")
+    cfg = config_from_params(ReportConfig, args.params, "report") if args.params else ReportConfig()
     inputs = ReportInputs(args.eval, args.drift, args.deployed, args.deployed_thresholds, args.candidate, args.candidate_thresholds, args.site_sets)
     report = make_report(inputs, cfg, args.out)
     if args.json:
         sys.stdout.write(json.dumps(report.to_dict(), indent=2, sort_keys=True, default=str) + "\n")
         return 0
-    lines = [f"{report.decision.upper()}", *(f"  {v}" for v in report.verdict)]
+    head, *facts = report.verdict  # head: what to do, then why
+    lines = [head, *(f"  {v}" for v in facts)]
     for s in report.sites:
         lines.append(f"  {s.name}: " + ", ".join(f"{m.variant} {m.status} IoU {m.pixel_iou_vs_fp32:.2f}" for m in s.metrics if m.variant in ("deployed", "candidate")))
     lines.append(f"  written: {args.out / 'shift_report.html'}")

@@ -1,4 +1,5 @@
-"""Bounded-memory, resumable range collection that reproduces ONNX Runtime's calibrators exactly.
+"""Bounded-memory, resumable range collection that reproduces ONNX Runtime's calibrators (exactly, or within a
+stated tolerance for Percentile).
 
 ORT's ``quantize_static`` calls ``calibrator.collect_data(reader)`` once, and the histogram calibrators
 (Entropy, Percentile, Distribution) keep every intermediate output of every image until the reader is
@@ -12,22 +13,32 @@ by up to 27 %, entropy by up to 93 % of the tensor's range). So, per method:
 * MinMax with ``moving_average``: ORT averages per-image min/max within one call (``np.nanmean``); we
   keep those per-image reduced values (two numbers per tensor) across chunks and let ORT average them
   once, as in one call: exact; memory grows by those scalars only.
-* Entropy, Percentile, Distribution: two streaming passes over the set with ORT's augmented model.
-  Pass 1 keeps per tensor ``min``, ``max``, ``min|x|`` and ``max|x|`` (ReduceMin/ReduceMax/Abs nodes
-  added to the float model, so nothing leaves ORT; NaNs propagate, where ORT uses ``np.nanmin``); pass 2 accumulates
-  ``np.histogram`` counts on exactly the bins ORT's one-call ``HistogramCollector`` would have used
-  (``collect_value``: ``num_bins`` over ``(-t, t)``, ``t = max(|min|, |max|)``;
-  ``collect_absolute_value``: ``num_bins`` over ``[min|x|, max|x|]``). Counting with fixed edges is
-  per-element, so the sum over chunks equals the one-call histogram, and ORT's own
+* Percentile, and Entropy with ``num_quantized_bins >= num_bins`` (ORT's defaults): one streaming pass
+  (:class:`_FineHistogramState`): exact min/max, a fine grid counted in full for the first image and in the
+  tails only afterwards, rebinned at the end onto ORT's one-call edges. Entropy: exact (bit for bit).
+  Percentile, **stated tolerance**: each threshold within one ORT bin plus one fine bin (``< ORT bin +
+  max|x| / (2 num_bins)``) of ORT's one-call threshold, checked per tensor; a tensor whose check fails is
+  recounted exactly in a second pass. Measured on the PP-OCR detector at 640x640, 8 images: 316 of 331
+  tensors bit for bit, the others one ORT bin away; entropy 331 of 331.
+* Distribution, and Entropy with ``num_quantized_bins < num_bins`` (its KL search reads every count): two
+  streaming passes, exact. Pass 1 keeps per tensor ``min``, ``max``, ``min|x|`` and ``max|x|`` (NaNs ignored,
+  as ORT's ``np.nanmin``); pass 2 accumulates ``np.histogram`` counts on exactly the bins ORT's one-call
+  ``HistogramCollector`` would have used (``collect_value``: ``num_bins`` over ``(-t, t)``,
+  ``t = max(|min|, |max|)``; ``collect_absolute_value``: ``num_bins`` over ``[min|x|, max|x|]``). Counting
+  with fixed edges is per-element, so the sum over chunks equals the one-call histogram, and ORT's own
   ``compute_collection_result`` turns it into thresholds: exact (tests compare with ORT bit for bit).
-  Cost: two inferences per image instead of one.
 
-Peak memory is one chunk's intermediate outputs plus ``num_bins`` counts per tensor, independent of the
-number of images.
+The histogram methods run ORT's augmented model (all calibrated tensors as outputs, optimizations off as in
+ORT's calibrator) into preallocated output buffers (:class:`_BoundOutputs`) and fold each tensor into the
+state right after the inference. Peak memory is one inference's intermediate outputs (in reused buffers)
+plus a fixed number of counts per tensor, independent of the number of images.
 
-Checkpoints: after each chunk the state (histograms / stats or ranges), the pass and the number of
-batches done are written atomically (pickle, private format) to ``checkpoint``; a run given the same
-checkpoint and the same key (model digest + set id + config hash) continues after the last finished chunk.
+Checkpoints: after a chunk, when ``CHECKPOINT_INTERVAL_S`` seconds have passed since the last save, and
+at the end of each pass, the state (histograms / stats or ranges), the pass and the number of batches done
+are written atomically (pickle, private format) to ``checkpoint``; a run given the same checkpoint and the
+same key (model digest + set id + config hash) continues after the last saved chunk, so an interruption
+loses at most that interval of work. (The histogram state is tens of MB; saving it after every image
+would cost more than the image.)
 """
 
 from __future__ import annotations
@@ -50,6 +61,7 @@ from .config import StaticQuantConfig
 
 log = logging.getLogger(__name__)
 
+CHECKPOINT_INTERVAL_S = 10.0
 _CKPT_VERSION = 2  # 2: one-pass fine histograms for percentile/entropy
 
 
@@ -189,8 +201,8 @@ class _FineHistogramState:
     sets cut-offs holding ``tail`` of its elements per side (``max(TAIL, 1000 x`` the fraction the percentile
     cuts``)``, all elements when that reaches 1/2); later batches add to the fine grid only the elements beyond the
     cut-offs (``x <= lo`` or ``x >= hi``; absolute ``|x| >= c``) and count the rest as one number. That is what
-    makes this one pass cheap: five streaming passes over each tensor (min, max, two compares, a select)
-    instead of a histogram of every element. At the end the fine bins wholly beyond the cut-offs are exact;
+    makes this one pass cheap: a few streaming passes over each tensor (min, max, ``|x|`` and ``min|x|``
+    where signs need them, compares, a select) instead of a histogram of every element. At the end the fine bins wholly beyond the cut-offs are exact;
     the others' mass is lumped into the first bin inside them.
 
     ``histogram_dict`` interpolates the cumulative fine counts at ORT's one-call edges (taken from
@@ -206,9 +218,12 @@ class _FineHistogramState:
       (``repair``, a :class:`_HistogramState` for those tensors only). Measured on PP-OCR (tests): 0 ulp
       for all but a few tensors.
     * entropy with ``num_quantized_bins >= num_bins`` (ORT's defaults, 128/128): the only candidate is
-      ``(-t, t)`` clipped to ``[min, max]``, built from exact values: bit for bit equal to ORT.
+      ``(-t, t)`` clipped to ``[min, max]``, built from exact values: bit for bit equal to ORT. As no count
+      can change it, batches after the first only update min and max (two passes) and their element count
+      goes to the bin holding 0.
 
-    ``hist`` (the per-bin counts ORT also reports in ``TensorData``) is exact in the tails only.
+    ``hist`` (the per-bin counts ORT also reports in ``TensorData``; quantkit does not use them) is exact
+    in the percentile's tails only.
     """
 
     passes = 2  # pass 2 runs only for tensors in `repair` (usually none)
@@ -306,13 +321,19 @@ class _FineHistogramState:
         t = float(max(abs(mn), abs(mx)))
         if not np.isfinite(t):
             raise ValueError(f"tensor {name!r} has an infinite value; its histogram range is not finite")
+        old = self.stats.get(name)
         amin, src = mn.dtype.type(0), a
         f, _, m1, m2 = self._buffers(a.size)
-        if self.absolute:
-            src = f
-            np.absolute(a, out=src, casting="unsafe")
-            amin = np.min(src).astype(mn.dtype)
-        old = self.stats.get(name)
+        if self.absolute:  # |x| and min|x|, skipping the passes that signs make needless
+            if mn >= 0:
+                amin = abs(mn)  # |x| = x (abs: no -0.0)
+            else:
+                src = f
+                np.absolute(a, out=src, casting="unsafe")
+                if mx <= 0:
+                    amin = abs(mx)
+                elif old is None or old[2] > 0:  # once min|x| is 0 it stays 0
+                    amin = np.min(src).astype(mn.dtype)
         self.stats[name] = [mn, mx, amin] if old is None else [min(old[0], mn), max(old[1], mx), min(old[2], amin)]
         half = self.half.get(name, 0.0)
         if t == 0.0:  # all zeros: exact wherever bin 0 is
@@ -336,6 +357,9 @@ class _FineHistogramState:
             idx = self.zero_bin + np.floor_divide(np.arange(self.fine) - self.zero_bin, 2**k)
             self.counts[name] = np.bincount(idx, weights=self.counts[name], minlength=self.fine).round().astype(np.int64)
             self.half[name] = half = half * 2**k
+        if self.need == 0.0:  # entropy: the range reads no counts (see the class docstring)
+            self.bulk[name] += a.size
+            return
         cut = self.cut[name]
         if cut is None:
             self.counts[name] += self._bins(src, half)
@@ -355,6 +379,9 @@ class _FineHistogramState:
         import numpy as np
 
         c = self.counts[name].copy()
+        if self.need == 0.0:
+            c[self.zero_bin] += self.bulk.get(name, 0)
+            return c
         cut = self.cut.get(name)
         if cut is None:
             return c
@@ -407,10 +434,9 @@ class _FineHistogramState:
             h, e = hd[name][0], hd[name][1].astype(np.float64)
             cdf = np.cumsum(h / h.sum())
             margin = 2.0 * ((e[-1] - e[0]) / self.num_bins + self.half[name] / self.fine * (1 if self.absolute else 2))
-            hi_edge = e[min(int(np.searchsorted(cdf, 1.0 - self.need)), len(e) - 1)]
-            if hi_edge - margin < float(cut[1]):
-                bad.append(name)
-            elif not self.absolute and e[min(int(np.searchsorted(cdf, self.need)), len(e) - 1)] + margin > float(cut[0]):
+            hi_edge = e[min(int(np.searchsorted(cdf, 1.0 - self.need)), len(e) - 1)]  # ORT's compute_percentile edges
+            lo_edge = e[min(int(np.searchsorted(cdf, self.need)), len(e) - 1)]
+            if hi_edge - margin < float(cut[1]) or (not self.absolute and lo_edge + margin > float(cut[0])):
                 bad.append(name)
         return bad
 
@@ -548,8 +574,11 @@ def collect_ranges(
             log.info("resuming calibration from %s at pass %d after %d of %d batches", ckpt_path, state["pass"], state["done"], n_batches)
     resumed = state["done"] + (n_batches if state["pass"] == 2 else 0)
 
-    def save(pass_no: int, done: int) -> None:
-        if ckpt_path is not None:
+    last_save = [time.monotonic()]
+
+    def save(pass_no: int, done: int, *, force: bool = True) -> None:
+        if ckpt_path is not None and (force or time.monotonic() - last_save[0] >= CHECKPOINT_INTERVAL_S):
+            last_save[0] = time.monotonic()
             payload = hs if histogram else _state(cal, config)
             atomic_write_bytes(ckpt_path, pickle.dumps({"version": _CKPT_VERSION, "key": key, "pass": pass_no, "done": done, "state": payload}))
 
@@ -588,7 +617,7 @@ def collect_ranges(
                 if not got:
                     raise CalibrationSetError(f"{where}: batches {s}..{e - 1} gave no readable image; fix or remove those images")
             chunks += 1
-            save(pass_no, e)
+            save(pass_no, e, force=e == n_batches)
         if pass_no == 1 and isinstance(hs, _FineHistogramState):
             bad = hs.unresolved()
             if bad:

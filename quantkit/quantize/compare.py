@@ -137,6 +137,9 @@ def compare_layers(
     """
     import pandas as pd
 
+    if getattr(record, "mode", "static") == "dynamic":
+        raise InputFileError("the record is a dynamic one: it has no activation scales (activations are quantized at run time); "
+                          "compare needs a static record (a folder written by 'quantkit quantize --calibration-set DIR')")
     fm, qm = _load(fp32_model), _load(quant_model)
     acts = {t.name: t for t in record.tensors if t.role == "activation"}
     inputs = {i.name for i in fm.graph.input}

@@ -28,7 +28,7 @@ import numpy as np
 
 from .. import __version__
 from .._io import atomic_output_dir, fingerprint, sha256_bytes, sha256_file
-from ..errors import ConfigError, ModelError, QuantkitError
+from ..errors import ConfigError, ModelError, QuantkitError, UnsupportedOptionError
 from ..note import ExportNote
 from . import adapter
 from .calibrate import CalibrationRun, collect_ranges, quiet_ort
@@ -168,7 +168,13 @@ def _static(model: Any, model_path: Path, note: ExportNote, config: StaticQuantC
             raise ConfigError("static quantization needs --calibration-set DIR (or use --dynamic)")
         from ..calibset import CalibrationSet, CalibrationSetReader
 
-        cset = calibration_set if not isinstance(calibration_set, (str, Path)) else CalibrationSet.load(calibration_set)
+        # Re-hash every image: a set whose image was overwritten after registration must not be calibrated
+        # under its old set id (the record would then name content it was not calibrated on).
+        if isinstance(calibration_set, (str, Path)):
+            cset = CalibrationSet.load(calibration_set, verify=True)
+        else:
+            cset = calibration_set
+            cset.verify()
         set_id = cset.set_id
         cs_info = {"path": str(cset.root), "set_id": cset.set_id, "name": cset.name, "camera": cset.camera,
                    "lighting": cset.lighting, "count": cset.count}
@@ -278,13 +284,14 @@ def quantize(
 
     Raises:
         ModelError, CalibrationSetError, ConfigError, UnsupportedOptionError: one-line, naming the file or
-            field; ``out`` is left as it was.
+            field; ``out`` is left as it was. A calibration set is re-hashed first: a missing or changed image
+            raises :class:`CalibrationSetError` naming it (register the changed set as a new version).
     """
     model_path, model, note = load_intake(intake)
     out = Path(out)
     if isinstance(config, DynamicQuantConfig):
         if calibration_set is not None:
-            raise ConfigError("dynamic quantization takes no calibration set (activations are quantized at run time); drop --calibration-set")
+            raise UnsupportedOptionError("dynamic quantization takes no calibration set (activations are quantized at run time); drop --calibration-set or drop --dynamic")
         with atomic_output_dir(out) as tmp:
             rec = _dynamic(model, model_path, note, config, tmp)
             rec.save(tmp / RECORD_FILE)

@@ -12,8 +12,16 @@ Statuses (green / amber / red) per site set and variant, from ``params.yaml: rep
   ``2 * max_alarm_rate_change``;
 * **amber**: otherwise.
 
-The candidate is *acceptable* when it is green on every site set; it *needs review* when it is
-better than the deployed model somewhere but not green everywhere; otherwise the deployed model stays.
+The decision (what a quality lead should do, :func:`verdict`):
+
+* **switch to candidate**: the candidate is green on every site set (and, when the deployed model is
+  green everywhere too, agrees with FP32 more closely on average);
+* **keep deployed**: the deployed model is green on every site set and no candidate does better;
+* **needs review**: the deployed model is amber or red somewhere and the candidate does not fix every
+  site set (it fixes none, or fixes some and breaks others).
+
+A candidate with the deployed model's record fingerprint is the deployed calibration itself (e.g. right
+after deploying): nothing is compared and the deployed model is judged alone.
 """
 
 from __future__ import annotations
@@ -39,6 +47,9 @@ SCHEMA_VERSION = 1
 INT8_VARIANTS = ("deployed", "candidate")
 VARIANT_ORDER = ("fp32", "deployed", "candidate", "deployed@fp32-thresholds", "candidate@fp32-thresholds")
 STATUS_CODE = {"green": 0, "amber": 1, "red": 2}
+DECISIONS = ("switch to candidate", "keep deployed", "needs review")
+MACHINE_DEPENDENT = ("latency_ms",)
+"""ShiftMetrics fields left out of ``metrics.json``: they change with the machine, not the model."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,10 +101,11 @@ class ReportConfig(Config):
     def rule(self) -> str:
         """The decision rule in plain words, with the values in force."""
         return (
-            f"A model passes a site set (green) when its binarized map agrees with FP32 at mean pixel IoU >= {self.min_pixel_iou:.2f} "
+            "Rule: a model passes a site set (green) when it agrees with the unquantized (FP32) model: the text areas both detect "
+            f"overlap by a mean pixel IoU (intersection over union of the binarized text maps) >= {self.min_pixel_iou:.2f}, "
             f"and its detections per image stay within {100 * self.max_alarm_rate_change:.0f}% of FP32's; red below IoU "
             f"{self.min_pixel_iou - self.amber_band:.2f} or beyond {200 * self.max_alarm_rate_change:.0f}%; amber between. "
-            "The candidate is acceptable when green on every site set (params.yaml: report)."
+            "Switch to the candidate only when it is green on every site set (params.yaml: report)."
         )
 
 
@@ -159,8 +171,8 @@ class ShiftReport:
     """The whole report: verdict first, then per-site facts, causes and provenance."""
 
     title: str
-    decision: str  # "acceptable" | "needs review" | "keep deployed" | "no candidate"
-    verdict: tuple[str, ...]
+    decision: str  # one of DECISIONS
+    verdict: tuple[str, ...]  # verdict[0]: what to do and why, in one sentence; then the supporting facts
     rule: str
     sites: tuple[SiteReport, ...]
     thresholds: tuple[dict[str, Any], ...]
@@ -175,7 +187,8 @@ class ShiftReport:
             node: dict[str, Any] = {}
             for m in s.metrics:
                 node[m.variant] = {
-                    k: _round(v) for k, v in m.to_dict().items() if k not in ("site", "variant", "status") and v is not None
+                    k: _round(v) for k, v in m.to_dict().items()
+                    if k not in ("site", "variant", "status", *MACHINE_DEPENDENT) and v is not None
                 }
                 node[m.variant]["status_code"] = STATUS_CODE[m.status]
             if s.drift:
@@ -188,7 +201,7 @@ class ShiftReport:
                 for e in s.drift.get("statistics", []):
                     node["drift"][f"{e['name']}.{e['metric']}"] = _round(e["effect"])
             out[s.name] = node
-        out["verdict"] = {"candidate_acceptable": self.decision == "acceptable", "needs_review": self.decision == "needs review"}
+        out["verdict"] = {"candidate_acceptable": self.decision == "switch to candidate", "needs_review": self.decision == "needs review"}
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -400,6 +413,19 @@ _LIGHTING_STATS = {"brightness_mean", "brightness_p5", "brightness_p50", "bright
 _CAMERA_STATS = {"width", "height", "sharpness_lapvar", "noise_sigma", "saturation_mean", "cast_rg", "cast_bg"}
 
 
+def _phrases(drift: dict[str, Any]) -> list[str] | None:
+    """Plain phrases for the statistics that moved, most separated first (``None`` when ``changes``
+    carry no medians). Statistics whose medians cannot describe the change (both 0, or calibration
+    median 0) are left out: "blown-out pixels changed from 0 to 0" says nothing."""
+    from ..drift import StatisticChange, describe_changes
+
+    try:
+        changes = [StatisticChange(**c) for c in drift.get("changes", [])]
+    except TypeError:
+        return None
+    return describe_changes(changes)
+
+
 def _cause(drift: dict[str, Any] | None) -> str:
     """Name the likely cause of a drift in plain words.
 
@@ -421,49 +447,121 @@ def _cause(drift: dict[str, Any] | None) -> str:
     if not kinds and (drift.get("clipping") or {}).get("moved"):
         kinds.append("activations leave the calibrated ranges")
     head = " and ".join(kinds) if kinds else "no image statistic moved"
-    reasons = drift.get("reasons") or []
-    return f"{head} ({reasons[0]})" if kinds and reasons else head
+    if not kinds:
+        return head
+    phrases = _phrases(drift)
+    if phrases is None:
+        reasons = drift.get("reasons") or []
+        return f"{head} ({reasons[0]})" if reasons else head
+    if not phrases:
+        return head
+    more = f"; {len(phrases) - 3} more statistics moved" if len(phrases) > 3 else ""
+    return f"{head} ({'; '.join(phrases[:3])}{more})"
 
 
-def verdict(sites: list[SiteReport], deployed_cal: str, candidate_cal: str | None, cfg: ReportConfig) -> tuple[str, list[str]]:
-    """Decision and plain sentences for a quality lead (see the module docstring for the rule)."""
-    lines: list[str] = []
+def drift_label(site: SiteReport) -> tuple[str, str]:
+    """``(words, css class)`` for the report's drift column of one site set.
+
+    The drift JSON's ``recalibrate`` is a recommendation from image statistics alone; the report
+    reads it together with the deployed model's status there: "recalibrate" only when the images
+    changed *and* the deployed model is not green; "changed — model unaffected" (neutral) when the
+    images changed but the deployed model still agrees with FP32.
+    """
+    if not site.drift:
+        return "–", ""
+    if not site.drift.get("recalibrate"):
+        return "stable", "green"
+    dep = site.variant("deployed")
+    if dep is not None and dep.status == "green":
+        return "changed — model unaffected", "neutral"
+    return "recalibrate", "red"
+
+
+def _names(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _status_words(m: ShiftMetrics) -> str:
+    return f"IoU {m.pixel_iou_vs_fp32:.2f}, {m.status}"
+
+
+def verdict(sites: list[SiteReport], deployed_cal: str, candidate_cal: str | None, cfg: ReportConfig,
+            *, same_calibration: bool = False) -> tuple[str, list[str]]:
+    """Decision (one of :data:`DECISIONS`) and plain sentences for a quality lead.
+
+    The first sentence says what to do and why; the others give the facts behind it (see the module
+    docstring for the rule). ``same_calibration``: the candidate's record fingerprint is the deployed
+    one's, so there is nothing to compare and the deployed model is judged alone.
+    """
     dep = {s.name: s.variant("deployed") for s in sites}
     cand = {s.name: s.variant("candidate") for s in sites}
-    ok = [n for n, m in dep.items() if m and m.status == "green"]
+    bad = [n for n, m in dep.items() if m and m.status != "green"]
+    has_candidate = bool(candidate_cal) and any(cand.values()) and not same_calibration
+    facts: list[str] = []
     # compare with the site set taken under the calibration's own conditions (same name), else the best one
     home = deployed_cal if dep.get(deployed_cal) else max((n for n, m in dep.items() if m), key=lambda n: dep[n].pixel_iou_vs_fp32, default=None)  # type: ignore[union-attr]
     for s in sites:
         m = dep[s.name]
-        if m is None or m.status == "green":
+        if m is None:
             continue
-        ref = f" vs {dep[home].pixel_iou_vs_fp32:.2f} on {home}" if home and home != s.name else ""  # type: ignore[union-attr]
-        lines.append(
-            f"On {s.name} the deployed INT8 model (calibrated on {deployed_cal}) agrees with FP32 at IoU {m.pixel_iou_vs_fp32:.2f}{ref}"
-            f" and changes detections per image by {100 * m.alarm_rate_change:+.0f}%: {_cause(s.drift)}."
-        )
-    if not lines:
-        lines.append(f"The deployed INT8 model (calibrated on {deployed_cal}) agrees with FP32 on every site set (" + ", ".join(f"{n} IoU {dep[n].pixel_iou_vs_fp32:.2f}" for n in ok if dep[n]) + ").")  # type: ignore[union-attr]
-    if not candidate_cal or not any(cand.values()):
-        return ("keep deployed" if len(ok) == len(dep) else "needs review"), lines
-    ups = [f"{n} to {c.pixel_iou_vs_fp32:.2f}" for n, c in cand.items() if c and dep[n] and c.pixel_iou_vs_fp32 > dep[n].pixel_iou_vs_fp32 + 1e-9]  # type: ignore[union-attr]
-    downs = [f"{n} to {c.pixel_iou_vs_fp32:.2f}" for n, c in cand.items() if c and dep[n] and c.status != "green" and c.pixel_iou_vs_fp32 < dep[n].pixel_iou_vs_fp32 - 1e-9]  # type: ignore[union-attr]
-    all_green = all(c is not None and c.status == "green" for c in cand.values())
-    if all_green:
-        decision = "acceptable"
-    elif ups:
-        decision = "needs review"
-    else:
+        if m.status != "green":
+            ref = f" vs {dep[home].pixel_iou_vs_fp32:.2f} on {home}" if home and home != s.name else ""  # type: ignore[union-attr]
+            facts.append(
+                f"On {s.name} the deployed INT8 model (calibrated on {deployed_cal}) agrees with FP32 at IoU {m.pixel_iou_vs_fp32:.2f}{ref}"
+                f" ({m.status}) and changes detections per image by {100 * m.alarm_rate_change:+.0f}%: {_cause(s.drift)}."
+            )
+        elif s.drift and s.drift.get("recalibrate"):
+            facts.append(f"On {s.name} the {_cause(s.drift)} but the deployed model still agrees with FP32 "
+                         f"(IoU {m.pixel_iou_vs_fp32:.2f}): no action needed there.")
+    disagrees = "the deployed model disagrees with FP32 on " + _names([f"{n} ({_status_words(dep[n])})" for n in bad]) if bad else ""  # type: ignore[arg-type]
+    if not has_candidate:
+        same = "the candidate is the deployed calibration, nothing to compare; " if same_calibration else ""
+        if bad:
+            decision = "needs review"
+            head = f"Needs review: {same}{disagrees}; recalibrate on images that cover the conditions of {_names(bad)}."
+        else:
+            decision = "keep deployed"
+            head = f"Keep deployed: {same}the deployed model agrees with FP32 on every site set (" + ", ".join(
+                f"{n} IoU {m.pixel_iou_vs_fp32:.2f}" for n, m in dep.items() if m) + ")."
+        return decision, [head, *facts]
+
+    code = STATUS_CODE
+    fixes = [n for n, c in cand.items() if c and dep[n] and code[c.status] < code[dep[n].status]]  # type: ignore[union-attr]
+    breaks = [n for n, c in cand.items() if c and dep[n] and code[c.status] > code[dep[n].status]]  # type: ignore[union-attr]
+    still = [n for n, c in cand.items() if c and c.status != "green" and n not in breaks]
+    cand_green = all(c is not None and c.status == "green" for c in cand.values())
+    recal = f"recalibrating on {candidate_cal}"
+    mean = lambda d: float(np.mean([m.pixel_iou_vs_fp32 for m in d.values() if m])) if any(d.values()) else float("nan")  # noqa: E731
+    if cand_green and (bad or mean(cand) > mean(dep) + 1e-9):
+        decision = "switch to candidate"
+        why = f"fixes {_names(fixes)}" if fixes else f"agrees more closely (mean IoU {mean(cand):.2f} vs {mean(dep):.2f})"
+        head = f"Switch to the candidate (calibrated on {candidate_cal}): it agrees with FP32 on every site set and {why}."
+    elif not bad:
         decision = "keep deployed"
-    sentence = f"Recalibrating on {candidate_cal} "
-    sentence += ("raises agreement on " + ", ".join(ups)) if ups else "does not raise agreement on any site set"
-    if downs:
-        sentence += " but lowers " + ", ".join(downs)
+        if breaks:
+            tail = f"{recal} would break {_names(breaks)}"
+        elif cand_green:
+            tail = f"the candidate (calibrated on {candidate_cal}) is green too but no closer (mean IoU {mean(cand):.2f} vs {mean(dep):.2f})"
+        else:
+            tail = f"the candidate (calibrated on {candidate_cal}) is not green on {_names(still)}"
+        head = f"Keep deployed: the deployed model agrees with FP32 on every site set; {tail}."
+    else:
+        decision = "needs review"
+        if fixes and breaks:
+            tail = (f"{recal} fixes {_names(fixes)} but breaks {_names(breaks)}; consider a calibration set that covers both conditions "
+                    f"({deployed_cal} and {candidate_cal} images)")
+        elif fixes:
+            tail = f"{recal} fixes {_names(fixes)} but still disagrees on {_names(still)}; add images of those conditions to the calibration set"
+        else:
+            tail = f"{recal} does not fix it; recalibrate on images that cover the conditions of {_names(bad)}"
+        head = f"Needs review: {disagrees}; {tail}."
+    moves = [f"{n} {dep[n].status} → {c.status} (IoU {dep[n].pixel_iou_vs_fp32:.2f} → {c.pixel_iou_vs_fp32:.2f})"  # type: ignore[union-attr]
+             for n, c in cand.items() if c and dep[n]]
+    sentence = f"Recalibrating on {candidate_cal}: " + "; ".join(moves)
     changed = [f"{n} {100 * c.alarm_rate_change:+.0f}%" for n, c in cand.items() if c and abs(c.alarm_rate_change) > cfg.max_alarm_rate_change]
     if changed:
         sentence += "; detections per image vs FP32: " + ", ".join(changed)
-    lines.append(sentence + f" — {decision}.")
-    return decision, lines
+    return decision, [head, *facts, sentence + "."]
 
 
 # --------------------------------------------------------------------------------------------- build
@@ -484,9 +582,9 @@ def build_report(inputs: ReportInputs, config: ReportConfig | None = None) -> Sh
     if not site_dirs:
         raise InputFileError(f"{inputs.eval_dir}: no site folders with per_image.csv; run 'quantkit evaluate' on at least one site set")
     dep_rec = _record(inputs.deployed)
-    dep_thr = read_json(inputs.deployed_thresholds, "threshold set")
+    dep_thr = _thresholds(inputs.deployed_thresholds, inputs.deployed)
     cand_rec = _record(inputs.candidate) if inputs.candidate else None
-    cand_thr = read_json(inputs.candidate_thresholds, "threshold set") if inputs.candidate_thresholds else None
+    cand_thr = _thresholds(inputs.candidate_thresholds, inputs.candidate) if inputs.candidate_thresholds and inputs.candidate else None
     sites = []
     set_info: dict[str, dict[str, Any]] = {}
     for d in progress(site_dirs, total=len(site_dirs), desc="report", unit="site"):
@@ -502,7 +600,8 @@ def build_report(inputs: ReportInputs, config: ReportConfig | None = None) -> Sh
         set_info[d.name] = {**((summary.get("site_set") if isinstance(summary, dict) else None) or {}), **((drift or {}).get("site_set") or {})}
     dep_cal = (dep_rec.get("calibration_set") or {}).get("name", "?")
     cand_cal = (cand_rec.get("calibration_set") or {}).get("name", "?") if cand_rec else None
-    decision, lines = verdict(sites, dep_cal, cand_cal, cfg)
+    same = bool(cand_rec) and cand_rec.get("fingerprint") == dep_rec.get("fingerprint")  # type: ignore[union-attr]
+    decision, lines = verdict(sites, dep_cal, cand_cal, cfg, same_calibration=same)
     provenance = {
         "git_revision": _git_revision(),
         "versions": _versions(),
@@ -529,6 +628,21 @@ def _record(folder: Path) -> dict[str, Any]:
     from ..quantize.record import CalibrationRecord
 
     return CalibrationRecord.load(folder).to_dict()
+
+
+def _thresholds(path: Path, quantized: Path) -> dict[str, Any]:
+    """A threshold set as a dict, after checking it is bound to the record (and quantized model file,
+    when present) in ``quantized``: the same check as ``quantkit evaluate`` and ``quantkit bundle``.
+
+    Raises:
+        BindingMismatchError: the set was derived for another record or model.
+        InputFileError / ConfigError: the file is missing, malformed or edited by hand.
+    """
+    from ..thresholds.binding import QUANT_MODEL, load_threshold_set
+
+    model = quantized / QUANT_MODEL if quantized.is_dir() else None
+    ts = load_threshold_set(path, quantized, model_path=model if model is not None and model.is_file() else None)
+    return ts.to_dict()
 
 
 def _record_prov(rec: dict[str, Any]) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from .._io import (
     canonical_json,
 )
 from . import plots
-from .build import INT8_VARIANTS, ShiftReport
+from .build import INT8_VARIANTS, ShiftReport, drift_label
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,7 @@ METRIC_COLUMNS = (
     ("score_psi", "score PSI", "{:.3f}"),
     ("score_ks", "score KS", "{:.3f}"),
     ("score_wasserstein", "score W1", "{:.4f}"),
+    ("latency_ms", "latency ms (this machine; not in metrics.json)", "{:.1f}"),
 )
 
 
@@ -67,9 +68,9 @@ def _matrix(report: ShiftReport) -> str:
         for v in variants:
             m = s.variant(v)
             cells.append("<td>–</td>" if m is None else f'<td class="{m.status}">{m.status.upper()}<br>IoU {m.pixel_iou_vs_fp32:.2f} · {m.alarm_rate_change:+.0%} det.</td>')
-        drift = "–" if not s.drift else ("recalibrate" if s.drift.get("recalibrate") else "stable")
-        cls = "" if not s.drift else (' class="red"' if s.drift.get("recalibrate") else ' class="green"')
-        rows.append(f'<tr><td class="l">{_e(s.name)}</td>{"".join(cells)}<td{cls}>{drift}</td></tr>')
+        drift, css = drift_label(s)
+        cls = f' class="{css}"' if css else ""
+        rows.append(f'<tr><td class="l">{_e(s.name)}</td>{"".join(cells)}<td{cls}>{_e(drift)}</td></tr>')
     return "\n".join(rows) + "</table>"
 
 
@@ -94,11 +95,21 @@ def _effect_cell(e: dict[str, Any] | None) -> str:
     return f"<td{cls}>{e['effect']:.3g} ({e['threshold']:.3g})</td>"
 
 
-def _drift_html(drift: dict[str, Any] | None) -> str:
+def _change(c: dict[str, Any]) -> str:
+    """Relative change of the medians, or "–" where it is not defined (calibration median 0 or absent)."""
+    cm, rel = c.get("calibration_median"), c.get("relative_change")
+    return "–" if not cm or rel is None else f"{100 * rel:+.0f}%"
+
+
+def _drift_html(site: Any) -> str:
+    drift = site.drift
     if not drift:
         return "<p>No drift result for this site set.</p>"
-    out = [f"<p><b>{'Recalibration recommended' if drift.get('recalibrate') else 'No recalibration needed'}</b>: "
-           + "; ".join(_e(r) for r in drift.get("reasons", [])) + "</p>"]
+    label, _ = drift_label(site)
+    head = {"recalibrate": "Images changed and the deployed model is affected: recalibrate",
+            "changed — model unaffected": "Images changed, but the deployed model still agrees with FP32 (drift check alone would recommend recalibrating)",
+            "stable": "Images stable: no recalibration needed"}.get(label, label)
+    out = [f"<p><b>{_e(head)}</b>: " + "; ".join(_e(r) for r in drift.get("reasons", [])) + "</p>"]
     effects: dict[str, dict[str, Any]] = {}
     for e in drift.get("statistics", []):
         effects.setdefault(e["name"], {})[e["metric"]] = e
@@ -112,7 +123,7 @@ def _drift_html(drift: dict[str, Any] | None) -> str:
         cls = ' class="moved"' if c.get("moved") else ""
         cells = "".join(_effect_cell(effects[name].get(m)) for m in metrics)
         rows.append(f'<tr><td class="l"{cls}>{_e(name)}</td><td>{c.get("calibration_median", float("nan")):.4g}</td><td>{c.get("site_median", float("nan")):.4g}</td>'
-                    f'<td>{100 * c.get("relative_change", 0.0):+.0f}%</td>{cells}</tr>')
+                    f'<td>{_change(c)}</td>{cells}</tr>')
     out.append("".join(rows) + "</table>")
     clip = drift.get("clipping")
     if clip:
@@ -144,7 +155,8 @@ def render_html(report: ShiftReport) -> str:
     cls = report.decision.replace(" ", "-")
     parts = [f"<h1>{_e(report.title)}</h1>",
              f'<div class="verdict {cls}"><p><span class="decision">{_e(report.decision)}</span></p>'
-             + "".join(f"<p>{_e(line)}</p>" for line in report.verdict) + f'<p class="rule">{_e(report.rule)}</p></div>',
+             + f'<p class="headline">{_e(report.verdict[0])}</p>' + "".join(f"<p>{_e(line)}</p>" for line in report.verdict[1:])
+             + f'<p class="rule">{_e(report.rule)}</p></div>',
              "<h2>At a glance</h2>", _matrix(report),
              '<div class="figs">' + _img(plots.png_bytes(plots.agreement(report)), "image/png", "pixel IoU vs FP32 per site set")
              + _img(plots.png_bytes(plots.drift_effects(report)), "image/png", "image statistic drift") + "</div>"]
@@ -155,7 +167,7 @@ def render_html(report: ShiftReport) -> str:
         parts.append(f'<p class="rule">Score distance alerts vs FP32: PSI &gt; {cfg.score_psi_alert:g} (0.1/0.25 rule of thumb, Siddiqi 2006), '
                      f"KS &gt; {cfg.score_ks_alert:g}, W1 &gt; {cfg.score_wasserstein_alert:g}.</p>")
         parts.append('<div class="figs">' + _img(plots.png_bytes(plots.score_cdf(s, threshold=thresh)), "image/png", f"{s.name} score distribution") + "</div>")
-        parts.append("<h3>What changed in the images</h3>" + _drift_html(s.drift))
+        parts.append("<h3>What changed in the images</h3>" + _drift_html(s))
         parts.append(_examples_html(s, cfg))
     parts.append("<h2>Thresholds, old vs new</h2>" + _threshold_html(report))
     parts.append("<h2>Tensors whose scales moved most</h2>" + _scales_html(report))
@@ -197,7 +209,7 @@ def render_markdown(report: ShiftReport) -> str:
     lines += ["", "## What changed in the images", ""]
     for s in report.sites:
         reasons = "; ".join((s.drift or {}).get("reasons", [])) or "no drift result"
-        flag = "recalibrate" if (s.drift or {}).get("recalibrate") else "stable"
+        flag = drift_label(s)[0]
         lines.append(f"- **{s.name}** ({flag}): {reasons}")
     lines += ["", "## Thresholds, old vs new", "", "| threshold | FP32 | deployed | deployed int | candidate | candidate int |", "|---|---|---|---|---|---|"]
     for t in report.thresholds:
@@ -231,6 +243,23 @@ def plot_tables(report: ShiftReport) -> dict[str, str]:
     return files
 
 
+def _check_out(out: Path) -> None:
+    """Refuse, before writing anything, an output folder that is a file or holds a folder where a file goes.
+
+    Raises:
+        InputFileError: one line naming the path.
+    """
+    from ..errors import InputFileError
+
+    if out.exists() and not out.is_dir():
+        raise InputFileError(f"{out}: is a file; the report's output is a folder, choose another --out")
+    for name in ("shift_report.html", "shift_report.md", "metrics.json"):
+        if (out / name).is_dir():
+            raise InputFileError(f"{out / name}: is a folder where the report writes a file; remove it or choose another --out")
+    if (out / "plots").exists() and not (out / "plots").is_dir():
+        raise InputFileError(f"{out / 'plots'}: is a file where the report writes a folder; remove it or choose another --out")
+
+
 def write_report(report: ShiftReport, out: str | Path) -> dict[str, Path]:
     """Render and write ``shift_report.html``, ``shift_report.md``, ``metrics.json`` and ``plots/*.csv``.
 
@@ -238,6 +267,7 @@ def write_report(report: ShiftReport, out: str | Path) -> dict[str, Path]:
     swapped in whole. Returns ``{"html", "markdown", "metrics", "plots"}`` paths.
     """
     out = Path(out)
+    _check_out(out)
     html_text = render_html(report)
     md_text = render_markdown(report)
     tables = plot_tables(report)

@@ -40,6 +40,7 @@ def write_inputs(
     from PIL import Image
 
     from ..quantize.record import CalibrationRecord, TensorScale
+    from ..thresholds.binding import ThresholdSet
 
     root = Path(root)
     rng = np.random.default_rng(seed)
@@ -61,12 +62,17 @@ def write_inputs(
             [TensorScale.from_dict(t) for t in tensors], rec["model_digest"], rec["calibration_set"]["set_id"], rec["config_hash"])
         atomic_write_json(root / "work" / "quantize" / role / "record.json", rec)
         records[role] = rec
-        thr = {"adapter": "db_text", "values": {"thresh": 0.3 if role == "deployed" else 0.27, "box_thresh": 0.5 if role == "deployed" else 0.46},
+        t = 0.3 if role == "deployed" else 0.27
+        code = 77 if role == "deployed" else 69
+        thr = {"adapter": "db_text", "values": {"thresh": t, "box_thresh": 0.5 if role == "deployed" else 0.46},
                "fp32_values": {"thresh": 0.3, "box_thresh": 0.5},
-               "integer_domain": {"thresh": {"tensor": "sigmoid_0.tmp_0", "dtype": "uint8", "scale": 1 / 255, "zero_point": 0, "value": 77 if role == "deployed" else 69, "rounding": "ceil"}},
-               "binding": {"model_digest": "ab" * 32, "record_fingerprint": rec["fingerprint"], "calibration_set_id": rec["calibration_set"]["set_id"]},
-               "operating_point": {"reference_pixel_iou": 0.95}, "fingerprint": f"{role}-thr-" + "0" * 20}
-        atomic_write_json(root / "work" / "thresholds" / f"{role}.json", thr)
+               "integer_domain": {"thresh": {"tensor": "sigmoid_0.tmp_0", "dtype": "uint8", "scale": 1 / 255, "zero_point": 0, "float_value": t,
+                                             "comparison": ">", "reduction": "none", "value": code, "decision_value": code, "mean_code_threshold": float(code),
+                                             "rounding": "ceil"}},
+               "binding": {"model_digest": "ab" * 32, "record_fingerprint": rec["fingerprint"], "calibration_set_id": rec["calibration_set"]["set_id"],
+                           "calibration_set_name": rec["calibration_set"]["name"]},
+               "operating_point": {"reference_pixel_iou": 0.95}}
+        ThresholdSet.from_dict(thr).save(root / "work" / "thresholds" / f"{role}.json")  # sealed: bound to the record above
     quality = {"cam1-day": {"deployed": 0.95, "candidate": 0.65}, "cam1-night": {"deployed": 0.80, "candidate": 0.90}}
     for si, site in enumerate(sites):
         q = quality.get(site, {"deployed": 0.85, "candidate": 0.75})

@@ -241,9 +241,10 @@ class ThresholdSet(Config):
         """
         data = read_json(path, "threshold set")
         try:
-            ts = cls.from_dict(data, where=str(path))
-        except ConfigError as e:
-            raise ConfigError(f"{path}: {e}") from None
+            ts = cls.from_dict(data, where=f"{path}: threshold set")
+        except ConfigError as e:  # name the file once: field errors already start with it, validate() errors do not
+            msg = str(e)
+            raise ConfigError(msg if msg.startswith(f"{path}: ") else f"{path}: {msg}") from None
         if ts.fingerprint != ts.content_fingerprint():
             raise InputFileError(f"{path}: fingerprint does not match the content (edited by hand?); re-derive it with 'quantkit bind'")
         return ts
