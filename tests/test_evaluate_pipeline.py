@@ -163,7 +163,7 @@ def test_evaluate_writes_the_contract_folder(work, capsys):
     assert _bind(work, "deployed") == 0 and _bind(work, "candidate") == 0
     out = work / "eval" / "site-night"
     assert main(_eval_args(work, out)) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["detections.json", "per_image.csv", "score_hist.json", "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == [".quantkit-output", "detections.json", "per_image.csv", "score_hist.json", "summary.json"]
     rows = list(csv.DictReader((out / "per_image.csv").open()))
     variants = ["fp32", "deployed", "candidate", "deployed@fp32-thresholds", "candidate@fp32-thresholds"]
     assert [r["variant"] for r in rows[:5]] == variants and len(rows) == 2 * 5
@@ -203,7 +203,7 @@ def test_evaluate_refuses_mismatched_thresholds_and_bad_sets_without_output(work
     # a site set with a missing image: named, one line, and no hint at an option evaluate does not have
     holed = tmp_path / "holed-site"
     shutil.copytree(work / "site-night", holed)
-    victim = sorted((holed / "images").iterdir())[0]
+    victim = min((holed / "images").iterdir())
     victim.unlink()
     args[1] = str(holed)
     assert main(args) == 2

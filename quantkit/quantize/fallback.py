@@ -94,7 +94,10 @@ def _run(model: Path | bytes, batches: list[np.ndarray], input_name: str) -> tup
 
 def rank_sensitivity(model: Any, table: Any) -> list[str]:
     """Activation names ordered by local SQNR loss (most sensitive first); ``table`` from compare_layers."""
-    sq = dict(zip(table["tensor"], table["sqnr_db"]))
+    # SQNR is +inf where a tensor is reproduced exactly (and may be NaN for an all-zero tensor): inf - inf
+    # would give NaN losses, and NaN sort keys leave the order undefined. Non-finite values are clipped to
+    # [-200, 200] dB first (far beyond any real 8/16-bit SQNR), so an exact tensor ranks last.
+    sq = {t: float(np.nan_to_num(s, nan=200.0, posinf=200.0, neginf=-200.0)) for t, s in zip(table["tensor"], table["sqnr_db"])}
     producer_inputs = {o: list(n.input) for n in model.graph.node for o in n.output}
     loss = {}
     for t, s in sq.items():
@@ -133,6 +136,14 @@ def precision_fallback(
     from ..calibset import CalibrationSet, CalibrationSetReader
     from .compare import compare_layers
 
+    from ..errors import ConfigError
+
+    if step < 1:
+        raise ConfigError(f"fallback step: {step} must be >= 1 (tensors promoted per round)")
+    if max_kept < 0:
+        raise ConfigError(f"fallback max_kept: {max_kept} must be >= 0")
+    if strategy not in ("int16", "float"):
+        raise ConfigError(f"fallback strategy: {strategy!r} must be 'int16' or 'float'")
     metric = metric or pixel_iou(0.3)
     model_path, model, note = load_intake(intake)
     rset = reference_set if not isinstance(reference_set, (str, Path)) else CalibrationSet.load(reference_set)
@@ -161,12 +172,14 @@ def precision_fallback(
         if m0 < target:
             table = compare_layers(model_path, work / "base" / MODEL_FILE, base, batches)
             order = rank_sensitivity(model, table)
-            rounds = range(0, min(max_kept, len(order)), step)
+            limit = min(max_kept, len(order))
+            rounds = range(0, limit, step)
             for i in progress(rounds, total=len(rounds), desc="fallback", unit="round"):
-                kept = order[: i + step]
+                kept = order[: min(i + step, limit)]  # never more than max_kept
                 if strategy == "int16":
                     ov = dict(config.tensor_overrides)
-                    ov.update({t: TensorOverride(quant_type="uint16") for t in kept})
+                    # keep a user's range shaping (rmin/rmax, symmetric ...) for the tensor, only widen its type
+                    ov.update({t: ov[t].replace(quant_type="uint16") if t in ov else TensorOverride(quant_type="uint16") for t in kept})
                     cfg = config.replace(tensor_overrides={k: v.to_dict() for k, v in ov.items()})
                 else:
                     nodes = set(config.nodes_to_exclude)

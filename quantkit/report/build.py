@@ -531,7 +531,11 @@ def verdict(sites: list[SiteReport], deployed_cal: str, candidate_cal: str | Non
     still = [n for n, c in cand.items() if c and c.status != "green" and n not in breaks]
     cand_green = all(c is not None and c.status == "green" for c in cand.values())
     recal = f"recalibrating on {candidate_cal}"
-    mean = lambda d: float(np.mean([m.pixel_iou_vs_fp32 for m in d.values() if m])) if any(d.values()) else float("nan")  # noqa: E731
+
+    def mean(d: dict[str, ShiftMetrics | None]) -> float:
+        ious = [m.pixel_iou_vs_fp32 for m in d.values() if m]
+        return float(np.mean(ious)) if ious else float("nan")
+
     if cand_green and (bad or mean(cand) > mean(dep) + 1e-9):
         decision = "switch to candidate"
         why = f"fixes {_names(fixes)}" if fixes else f"agrees more closely (mean IoU {mean(cand):.2f} vs {mean(dep):.2f})"
