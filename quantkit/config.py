@@ -155,6 +155,27 @@ class Config:
         return fingerprint(self.to_dict())
 
 
+def config_from_params(cls: type[C], path: str | Path | None, section: str) -> C:
+    """Build config ``cls`` from ``section`` of the params file ``path`` (defaults when ``path`` is None).
+
+    Every error names the file: ``PATH:section.field: ...``.
+
+    Raises:
+        InputFileError: the params file is missing or not YAML.
+        ConfigError: the section is missing, or an option is unknown, mistyped or out of range.
+    """
+    if path is None:
+        return cls()
+    data = load_params(path, section)
+    try:
+        return cls.from_dict(data, where=f"{path}:{section}")
+    except ConfigError as e:
+        msg = str(e)
+        if msg.startswith(f"{path}:"):
+            raise
+        raise type(e)(f"{path}:{msg}") from None  # checks in validate() name only "section.field"
+
+
 def load_params(path: str | Path, section: str) -> dict[str, Any]:
     """Read one top-level section of a YAML params file (DVC's ``params.yaml``).
 

@@ -36,7 +36,7 @@ from ._io import atomic_output_dir, atomic_write_json, atomic_write_text
 from .errors import ConfigError, InputFileError
 from .note import ExportNote
 from .progress import progress
-from .thresholds.adapters import Adapter, Decision, f1, match_count, polygon_iou
+from .thresholds.adapters import Adapter, Decision, f1, match_count
 from .thresholds.binding import QUANT_MODEL, ThresholdSet, load_record, load_threshold_set
 from .thresholds.operating_point import ThresholdsConfig, truth_in_model_pixels
 

@@ -262,3 +262,17 @@ def test_atomic_outputs_refuse_to_destroy_what_quantkit_did_not_write(tmp_path, 
         (d / "c").write_text("3")
     assert (tmp_path / "empty" / "c").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "mine", "notes.txt", "out"]
+
+
+def test_config_from_params_names_the_file(tmp_path):
+    from quantkit.config import config_from_params
+
+    p = tmp_path / "p.yaml"
+    p.write_text("outer:\n  ratio: 3\n")
+    with pytest.raises(ConfigError) as e:
+        config_from_params(Outer, p, "outer")
+    assert str(e.value) == f"{p}:outer.ratio: 3.0 must be in [0, 1]"
+    p.write_text("outer:\n  nme: 1\n")
+    with pytest.raises(ConfigError, match=f"^{p}:outer: unknown option 'nme'"):
+        config_from_params(Outer, p, "outer")
+    assert config_from_params(Outer, None, "outer") == Outer()

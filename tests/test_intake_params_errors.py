@@ -21,7 +21,7 @@ def test_intake_params_errors_name_the_file(tmp_path: Path, capsys: pytest.Captu
     out = tmp_path / "out"
     params.write_text("intake:\n  atol: small\n")
     err = _one_line_error(["intake", str(tmp_path / "m.onnx"), "--params", str(params), "--out", str(out)], capsys)
-    assert f"{params}: intake.atol: expected a number, got 'small'" in err and err.count(str(params)) == 1
+    assert f"{params}:intake.atol: expected a number, got 'small'" in err and err.count(str(params)) == 1
     params.write_text("intake:\n  input_size: [0, 16]\n")  # a validate() error: no field path of its own
     err = _one_line_error(["intake", str(tmp_path / "m.onnx"), "--params", str(params), "--out", str(out)], capsys)
     assert str(params) in err and "must be positive" in err and err.count(str(params)) == 1

@@ -38,14 +38,11 @@ def _fmt(est: dict | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..config import load_params
-    from ..errors import ConfigError, InputFileError
+    from ..config import config_from_params
+    from ..errors import InputFileError
     from ..thresholds.operating_point import ThresholdsConfig, bind
 
-    try:
-        cfg = ThresholdsConfig.from_dict(load_params(args.params, "thresholds"), where=f"{args.params}: thresholds") if args.params else ThresholdsConfig()
-    except ConfigError as e:
-        raise _in_params_file(e, args.params) from None
+    cfg = config_from_params(ThresholdsConfig, args.params, "thresholds")
     if args.mode:
         cfg = cfg.replace(operating_point=cfg.operating_point.replace(mode=args.mode))
     if not (args.fp32 / "model.onnx").is_file() or not (args.fp32 / "export_note.json").is_file():
@@ -79,8 +76,3 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
 
-
-def _in_params_file(e: Exception, params: object) -> Exception:
-    """``e`` (a ConfigError) with its message prefixed by the params file, unless it already names it."""
-    msg = str(e)
-    return type(e)(msg if msg.startswith(f"{params}: ") else f"{params}: {msg}")

@@ -32,9 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..drift import PLAIN_NAMES, DriftConfig, check_drift
     from ..errors import InputFileError
-    from .report import config_from_params
+    from ..config import config_from_params
 
-    cfg = config_from_params(DriftConfig, args.params, "drift") if args.params else DriftConfig()
+    cfg = config_from_params(DriftConfig, args.params, "drift")
     if args.out is not None and args.out.is_dir():  # fail before the (slow) check, not after it
         raise InputFileError(f"{args.out}: is a folder; --out takes the drift result's file path, e.g. {args.out / 'site.json'}")
     if args.no_clipping:

@@ -31,15 +31,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..config import load_params
+    from ..config import config_from_params
     from ..errors import ConfigError
     from ..evaluate import evaluate
     from ..thresholds.operating_point import ThresholdsConfig
 
-    try:
-        cfg = ThresholdsConfig.from_dict(load_params(args.params, "thresholds"), where=f"{args.params}: thresholds") if args.params else ThresholdsConfig()
-    except ConfigError as e:
-        raise _in_params_file(e, args.params) from None
+    cfg = config_from_params(ThresholdsConfig, args.params, "thresholds")
     if (args.candidate is None) != (args.candidate_thresholds is None):
         raise ConfigError("--candidate and --candidate-thresholds go together; pass both or neither")
     roles = {"deployed": (args.deployed, args.deployed_thresholds)}
@@ -62,8 +59,3 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
 
-
-def _in_params_file(e: Exception, params: object) -> Exception:
-    """``e`` (a ConfigError) with its message prefixed by the params file, unless it already names it."""
-    msg = str(e)
-    return type(e)(msg if msg.startswith(f"{params}: ") else f"{params}: {msg}")

@@ -25,14 +25,10 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..config import load_params
-    from ..errors import ConfigError
+    from ..config import config_from_params
     from ..intake import IntakeConfig, intake
 
-    try:
-        cfg = IntakeConfig.from_dict(load_params(args.params, "intake"), where=f"{args.params}: intake")
-    except ConfigError as e:
-        raise _in_params_file(e, args.params) from None
+    cfg = config_from_params(IntakeConfig, args.params, "intake")
     if args.accept_numeric_change:
         cfg = cfg.replace(accept_numeric_change=True)
     r = intake(args.model, cfg, args.out)
@@ -52,8 +48,3 @@ def run(args: argparse.Namespace) -> int:
     print(f"validation  {'ok' if r.validation.ok else 'FAILED'}")
     return 0
 
-
-def _in_params_file(e: Exception, params: object) -> Exception:
-    """``e`` (a ConfigError) with its message prefixed by the params file, unless it already names it."""
-    msg = str(e)
-    return type(e)(msg if msg.startswith(f"{params}: ") else f"{params}: {msg}")

@@ -36,27 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def config_from_params(cls: type[C], params: Path, section: str) -> C:
-    """``cls`` from section ``section`` of the params file ``params``; every ConfigError names that file.
-
-    Raises:
-        InputFileError: the params file is missing or not YAML.
-        ConfigError: ``PARAMS:section.field: ...`` for an unknown, mistyped or out-of-range option.
-    """
-    from ..config import load_params
-    from ..errors import ConfigError
-
-    data = load_params(params, section)
-    try:
-        return cls.from_dict(data, where=f"{params}:{section}")
-    except ConfigError as e:
-        msg = str(e)
-        if msg.startswith(f"{params}:"):
-            raise
-        raise ConfigError(f"{params}:{msg}") from None  # range checks in validate() name only "section.field"
-
-
 def run(args: argparse.Namespace) -> int:
+    from ..config import config_from_params
     from ..errors import ConfigError, InputFileError
     from ..report import ReportConfig, ReportInputs, make_report
 
@@ -64,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--candidate and --candidate-thresholds go together; pass both or neither")
     if args.out.exists() and not args.out.is_dir():
         raise InputFileError(f"{args.out}: is a file; --out takes a folder (the report writes several files into it)")
-    cfg = config_from_params(ReportConfig, args.params, "report") if args.params else ReportConfig()
+    cfg = config_from_params(ReportConfig, args.params, "report")
     inputs = ReportInputs(args.eval, args.drift, args.deployed, args.deployed_thresholds, args.candidate, args.candidate_thresholds, args.site_sets)
     report = make_report(inputs, cfg, args.out)
     if args.json:

@@ -32,9 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..bundle import VerifyConfig, verify_bundle
-    from ..config import load_params
+    from ..config import config_from_params
 
-    cfg = VerifyConfig.from_dict(load_params(args.params, "bundle.verify"), where=f"{args.params}:bundle.verify") if args.params else VerifyConfig()
+    cfg = config_from_params(VerifyConfig, args.params, "bundle.verify")
     changes: dict = {}
     if args.providers:
         changes["providers"] = tuple(args.providers)

@@ -9,7 +9,8 @@ Procedure (greedy, calibration runs once):
    rank every late layer first);
 3. re-quantize from the same calibrated ranges (no new calibration) with the next ``step`` tensors
    promoted (``strategy="int16"``: ``TensorQuantOverrides`` ``quant_type: uint16``; ``"float"``: the
-   producing and consuming nodes excluded), until ``metric >= target`` or ``max_kept`` tensors;
+   producing and consuming nodes excluded), until ``metric >= target`` or ``max_kept`` tensors (when the
+   target is not reached, the round with the highest metric is kept);
 4. report what was kept, the metric at each step and the latency cost (ORT CPU, all optimizations).
 
 The default metric is the issue's: IoU of the binarized maps (``output > thresh``) INT8 vs FP32, pooled
@@ -131,7 +132,12 @@ def precision_fallback(
         step: tensors promoted per round; max_kept: stop after this many.
 
     Returns:
-        :class:`FallbackResult` (also written to ``out/fallback.json``).
+        :class:`FallbackResult` (also written to ``out/fallback.json``); ``out`` holds the first round that
+        meets ``target`` or, when none does, the round with the highest metric (fewest tensors on ties),
+        and ``kept`` / ``metric_after`` describe that round (``steps`` lists every round).
+
+    Raises:
+        ConfigError: ``step < 1``, ``max_kept < 0``, an unknown ``strategy``, or a non-finite metric.
     """
     from ..calibset import CalibrationSet, CalibrationSetReader
     from .compare import compare_layers
@@ -167,15 +173,16 @@ def precision_fallback(
         got, ms0 = _run(work / "base" / MODEL_FILE, batches, name)
         m0 = _score(metric, ref, got)
         steps: list[dict[str, Any]] = [{"kept": 0, "metric": m0, "int8_ms": ms0}]
-        best = (m0, ms0, config, base, work / "base")
-        kept: list[str] = []
+        # (metric, ms, config, record, folder, kept): the first round that meets the target (fewest tensors
+        # kept) or, when none does, the round with the highest metric (ties: fewer tensors kept)
+        best: tuple[float, float, StaticQuantConfig, Any, Path, list[str]] = (m0, ms0, config, base, work / "base", [])
         if m0 < target:
             table = compare_layers(model_path, work / "base" / MODEL_FILE, base, batches)
             order = rank_sensitivity(model, table)
             limit = min(max_kept, len(order))
             rounds = range(0, limit, step)
             for i in progress(rounds, total=len(rounds), desc="fallback", unit="round"):
-                kept = order[: min(i + step, limit)]  # never more than max_kept
+                kept: list[str] = order[: min(i + step, limit)]  # never more than max_kept
                 if strategy == "int16":
                     ov = dict(config.tensor_overrides)
                     # keep a user's range shaping (rmin/rmax, symmetric ...) for the tensor, only widen its type
@@ -195,10 +202,11 @@ def precision_fallback(
                 m = _score(metric, ref, got)
                 steps.append({"kept": len(kept), "metric": m, "int8_ms": ms})
                 log.info("fallback: %d tensors kept -> metric %.4f (%.1f ms)", len(kept), m, ms)
-                best = (m, ms, cfg, rec, d)
+                if m > best[0] or m >= target:
+                    best = (m, ms, cfg, rec, d, kept)
                 if m >= target:
                     break
-        m, ms, cfg, rec, folder = best
+        m, ms, cfg, rec, folder, kept = best
         result = FallbackResult(kept=tuple(kept), strategy=strategy, target=target, metric_before=m0,
                                 metric_after=m, met=m >= target, fp32_ms=fp32_ms, int8_ms_before=ms0, int8_ms_after=ms,
                                 steps=tuple(steps), record_fingerprint=rec.fingerprint)

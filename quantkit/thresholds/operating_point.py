@@ -37,7 +37,7 @@ from ..config import Config
 from ..errors import CalibrationSetError, ConfigError, InputFileError
 from ..note import ExportNote, Transform
 from ..progress import progress
-from .adapters import Adapter, Decision, f1, make_adapter, match_count, polygon_iou
+from .adapters import Adapter, Decision, make_adapter, match_count, polygon_iou
 from .binding import QUANT_MODEL, Binding, RecordView, ThresholdSet, append_history, integer_domain_for, load_record
 
 log = logging.getLogger(__name__)
@@ -336,8 +336,8 @@ def derive_operating_point(fp32_adapter: Adapter, fp32: ModelPass, int8: ModelPa
     elif cfg.mode == "fixed_far":
         need = math.ceil(1 / cfg.target_far)
         if not negatives_only:
-            raise CalibrationSetError(f"mode fixed_far needs a negatives-only reference set (labelled, no text boxes); "
-                                      f"use one or set thresholds.operating_point.mode")
+            raise CalibrationSetError("mode fixed_far needs a negatives-only reference set (labelled, no text boxes); "
+                                      "use one or set thresholds.operating_point.mode")
         if n < need:
             raise CalibrationSetError(f"mode fixed_far at target_far {cfg.target_far} needs >= {need} negative images, the set has {n}; "
                                       f"add images or raise target_far")
