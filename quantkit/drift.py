@@ -36,6 +36,7 @@ import numpy as np
 
 from . import metrics
 from ._io import atomic_write_json, read_json
+from .calibset.stats import STAT_COLUMNS
 from .config import Config
 from .errors import CalibrationSetError, ConfigError, InputFileError, ModelError
 
@@ -44,22 +45,8 @@ log = logging.getLogger(__name__)
 SCHEMA_VERSION = 1
 Metric = Literal["wasserstein", "psi", "js"]
 
-DEFAULT_STATISTICS: tuple[str, ...] = (
-    "width",
-    "height",
-    "brightness_mean",
-    "brightness_p5",
-    "brightness_p50",
-    "brightness_p95",
-    "contrast_rms",
-    "cast_rg",
-    "cast_bg",
-    "saturation_mean",
-    "sharpness_lapvar",
-    "noise_sigma",
-    "clip_dark",
-    "clip_bright",
-)
+DEFAULT_STATISTICS: tuple[str, ...] = STAT_COLUMNS
+"""Statistics compared by default: every column of the set's ``stats.csv``."""
 
 PLAIN_NAMES = {
     "width": "image width",

@@ -33,6 +33,7 @@ from ..errors import ConfigError, ModelError
 from ..note import ExportNote, Preprocessing, Provenance
 from .inspect import InspectReport, inspect_model
 from .notecheck import text_probe
+from .opset import OutputDiff
 from .validate import ValidationReport, validate_model
 
 log = logging.getLogger(__name__)
@@ -73,18 +74,8 @@ class TorchExportConfig(Config):
             raise ConfigError("export.batch_size must be >= 1; export.atol and export.random_samples >= 0")
 
 
-@dataclasses.dataclass(frozen=True)
-class FrameworkDiff:
-    """ONNX Runtime vs PyTorch for one output over all samples: max ``|ort - torch|`` and max
-    ``|ort - torch| / max(|torch|, 1e-6)``."""
-
-    name: str
-    max_abs_diff: float
-    max_rel_diff: float
-    within_tolerance: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+FrameworkDiff = OutputDiff
+"""ONNX Runtime vs PyTorch for one output over all samples (the same record as an opset conversion's check)."""
 
 
 @dataclasses.dataclass(frozen=True)
