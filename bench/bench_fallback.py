@@ -45,13 +45,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _mixed_set(sources: list[Path], n: int, dest: Path, *, name: str, kind: str) -> tuple[Any, list[dict[str, Any]]]:
-    """Copy the first ``n`` images (manifest order) of each source set into ``dest/images`` and register it.
+def _mixed_set(sources: list[Path], counts: list[int], dest: Path, *, name: str, kind: str) -> tuple[Any, list[dict[str, Any]]]:
+    """Copy the first ``counts[i]`` images (manifest order) of ``sources[i]`` into ``dest/images`` and register it.
 
     Files are renamed ``<source name>_<original name>`` so sources cannot collide; ground-truth labels are
     carried over when the sources have them. Returns (CalibrationSet, composition rows).
@@ -63,7 +61,7 @@ def _mixed_set(sources: list[Path], n: int, dest: Path, *, name: str, kind: str)
     captured: dict[str, str] = {}
     composition = []
     cameras, lightings = set(), set()
-    for src in sources:
+    for src, n in zip(sources, counts):
         cs = CalibrationSet.load(src)
         cameras.add(cs.camera)
         lightings.add(cs.lighting)
@@ -138,11 +136,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calib-sets", type=Path, nargs="+", default=[REPO / "calibration_sets" / s for s in ("cam1-day", "cam1-night")])
     ap.add_argument("--ref-sets", type=Path, nargs="+", default=[REPO / "reference_sets" / s for s in ("cam1-day", "cam1-night")])
     ap.add_argument("--site-sets", type=Path, nargs="+", default=[REPO / "site_sets" / s for s in ("cam1-day", "cam1-night", "cam2-day")])
-    ap.add_argument("--n-calib", type=int, default=32, help="images taken from each calibration set (default 32)")
+    ap.add_argument("--n-calib", type=int, nargs="+", default=[32],
+                    help="images taken from each calibration set: one number for all, or one per --calib-sets (default 32)")
     ap.add_argument("--n-ref", type=int, default=24, help="images taken from each reference set (default 24)")
     ap.add_argument("--max-site-images", type=int, default=None, help="evaluate only the first N images of each site set")
     ap.add_argument("--out-dir", type=Path, required=True, help="gets model/ (the fallback output) and bench_fallback.json")
     ap.add_argument("--method", default="minmax", choices=["minmax", "entropy", "percentile", "distribution"])
+    ap.add_argument("--moving-average", action="store_true", help="minmax: average per-image ranges (CalibMovingAverage)")
+    ap.add_argument("--averaging-constant", type=float, default=None, help="minmax with --moving-average (default ORT's 0.01)")
+    ap.add_argument("--percentile", type=float, default=None, help="percentile method (default ORT's 99.999)")
+    ap.add_argument("--calibration-symmetric", choices=["true", "false"], default=None,
+                    help="symmetric calibrated ranges (default: the calibrator's own)")
     ap.add_argument("--strategy", default="int16", choices=["int16", "float"])
     ap.add_argument("--target", type=float, default=0.96, help="fallback target: pooled pixel IoU vs FP32 on the reference set")
     ap.add_argument("--step", type=int, default=4, help="tensors promoted per fallback round")
@@ -162,12 +166,17 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.perf_counter()
     adapter = DBTextAdapter(thresh=args.thresh, box_thresh=args.box_thresh, unclip_ratio=args.unclip_ratio)
-    config = StaticQuantConfig(per_channel=True, method=args.method)
+    config = StaticQuantConfig(per_channel=True, method=args.method, moving_average=args.moving_average,
+                               averaging_constant=args.averaging_constant, percentile=args.percentile,
+                               calibration_symmetric=None if args.calibration_symmetric is None else args.calibration_symmetric == "true")
+    n_calib = args.n_calib * len(args.calib_sets) if len(args.n_calib) == 1 else args.n_calib
+    if len(n_calib) != len(args.calib_sets):
+        ap.error(f"--n-calib: give one number or {len(args.calib_sets)} (one per --calib-sets)")
     args.out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="bench-fallback-") as tmp_s:
         tmp = Path(tmp_s)
-        calib, calib_comp = _mixed_set(args.calib_sets, args.n_calib, tmp / "calib-mixed", name="calib-mixed", kind="calibration")
-        ref, ref_comp = _mixed_set(args.ref_sets, args.n_ref, tmp / "ref-mixed", name="ref-mixed", kind="reference")
+        calib, calib_comp = _mixed_set(args.calib_sets, n_calib, tmp / "calib-mixed", name="calib-mixed", kind="calibration")
+        ref, ref_comp = _mixed_set(args.ref_sets, [args.n_ref] * len(args.ref_sets), tmp / "ref-mixed", name="ref-mixed", kind="reference")
         t1 = time.perf_counter()
         fb = precision_fallback(args.intake, config, calibration_set=calib, reference_set=ref, out=args.out_dir / "model",
                                 target=args.target, metric=pixel_iou(args.thresh), strategy=args.strategy,

@@ -30,6 +30,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .._io import atomic_output_dir, atomic_write_json
+from ..errors import ConfigError
 from ..progress import progress
 from ..runner import OrtRunner
 from .config import StaticQuantConfig, TensorOverride
@@ -78,8 +79,6 @@ class FallbackResult:
 
 
 def _score(metric: Metric, ref: list[np.ndarray], got: list[np.ndarray]) -> float:
-    from ..errors import ConfigError
-
     m = float(metric(ref, got))
     if not np.isfinite(m):
         raise ConfigError(f"fallback metric returned {m}; make it finite for every output (e.g. guard divisions by zero)")
@@ -141,8 +140,6 @@ def precision_fallback(
     """
     from ..calibset import CalibrationSet, CalibrationSetReader
     from .compare import compare_layers
-
-    from ..errors import ConfigError
 
     if step < 1:
         raise ConfigError(f"fallback step: {step} must be >= 1 (tensors promoted per round)")
