@@ -83,6 +83,17 @@ def test_changing_method_reruns_only_calibration_and_downstream(pipeline: Path):
     assert not changed & {"demo_model", "demo_set", "intake"}
 
 
+def test_dvc_exp_run_over_calibration_methods(pipeline: Path):
+    """`dvc exp run -S quantize.method=...` re-runs calibration in a temporary copy and records its metrics."""
+    assert _run(["git", "-c", "user.email=ci@quantkit", "-c", "user.name=ci", "commit", "-qam", "lock"], pipeline).returncode in (0, 1)
+    run = _run(["dvc", "exp", "run", "--temp", "-S", "quantize.method=percentile", "-n", "percentile"], pipeline)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    shown = _run(["dvc", "exp", "show", "--json"], pipeline)
+    assert shown.returncode == 0 and '"percentile"' in shown.stdout and "reports/metrics.json" in shown.stdout
+    status = _run(["dvc", "status", "--json"], pipeline)
+    assert json.loads(status.stdout) == {}  # the workspace is untouched
+
+
 def test_dvc_push_pull_round_trip(pipeline: Path):
     """The demo's local remote holds every output: delete them and the cache, pull, and nothing changed."""
     assert _run(["dvc", "push", "-q"], pipeline).returncode == 0
