@@ -251,3 +251,19 @@ def test_params_errors_name_the_file_and_out_must_be_a_folder(paths, tmp_path, c
     assert main(_args(paths, afile)) == 2
     err = capsys.readouterr().err
     assert "is a file" in err and len(err.strip().splitlines()) == 1 and afile.read_text() == "x"
+
+
+def test_site_metrics_pool_pixel_iou_over_images_like_evaluate():
+    import pandas as pd
+
+    from quantkit.report.build import ReportConfig, site_metrics
+
+    rows = []
+    for image, (inter, union) in {"a.jpg": (90, 100), "b.jpg": (1, 10)}.items():
+        rows.append({"image": image, "variant": "fp32", "n_detections": 2, "pixel_iou_vs_fp32": 1.0, "box_f1_vs_fp32": 1.0,
+                     "pixel_intersection": union, "pixel_union": union, "agree_tp": 2, "agree_fp": 0, "agree_fn": 0})
+        rows.append({"image": image, "variant": "deployed", "n_detections": 2, "pixel_iou_vs_fp32": inter / union, "box_f1_vs_fp32": 0.5,
+                     "pixel_intersection": inter, "pixel_union": union, "agree_tp": 1, "agree_fp": 1, "agree_fn": 1})
+    deployed = next(m for m in site_metrics("s", pd.DataFrame(rows), None, ReportConfig()) if m.variant == "deployed")
+    assert deployed.pixel_iou_vs_fp32 == pytest.approx(91 / 110)  # pooled, not the per-image mean 0.5
+    assert deployed.box_f1_vs_fp32 == pytest.approx(0.5)

@@ -57,7 +57,7 @@ class ReportConfig(Config):
     """Options of ``quantkit report`` (``params.yaml: report``).
 
     Attributes:
-        min_pixel_iou: lowest acceptable mean pixel IoU of an INT8 binarized map vs FP32's.
+        min_pixel_iou: lowest acceptable pixel IoU (pooled over the site set) of an INT8 binarized map vs FP32's.
         amber_band: IoU below ``min_pixel_iou - amber_band`` is red.
         max_alarm_rate_change: largest acceptable relative change of detections per image vs FP32.
         score_psi_alert: PSI of the output score histogram vs FP32 that raises an alert
@@ -102,7 +102,7 @@ class ReportConfig(Config):
         """The decision rule in plain words, with the values in force."""
         return (
             "Rule: a model passes a site set (green) when it agrees with the unquantized (FP32) model: the text areas both detect "
-            f"overlap by a mean pixel IoU (intersection over union of the binarized text maps) >= {self.min_pixel_iou:.2f}, "
+            f"overlap by a pixel IoU (intersection over union of the binarized text maps, pooled over the images) >= {self.min_pixel_iou:.2f}, "
             f"and its detections per image stay within {100 * self.max_alarm_rate_change:.0f}% of FP32's; red below IoU "
             f"{self.min_pixel_iou - self.amber_band:.2f} or beyond {200 * self.max_alarm_rate_change:.0f}%; amber between. "
             "Switch to the candidate only when it is green on every site set (params.yaml: report)."
@@ -274,8 +274,18 @@ def site_metrics(site: str, frame: Any, score_hist: dict[str, Any] | None, cfg: 
         rows = frame[frame["variant"] == v]
         n = rows["n_detections"].astype(float)
         dpi = float(n.mean())
-        iou = float(rows["pixel_iou_vs_fp32"].astype(float).mean())
-        f1b = float(rows["box_f1_vs_fp32"].astype(float).mean()) if "box_f1_vs_fp32" in rows else float("nan")
+        # pooled over the site set (sum of intersections / sum of unions), as evaluate and bind compute it;
+        # the per-image mean is the fallback for evaluation folders without the count columns
+        if {"pixel_intersection", "pixel_union"} <= set(rows.columns):
+            union = float(rows["pixel_union"].sum())
+            iou = float(rows["pixel_intersection"].sum()) / union if union > 0 else 1.0
+        else:
+            iou = float(rows["pixel_iou_vs_fp32"].astype(float).mean())
+        if {"agree_tp", "agree_fp", "agree_fn"} <= set(rows.columns):
+            a_tp, a_fp, a_fn = (float(rows[c].sum()) for c in ("agree_tp", "agree_fp", "agree_fn"))
+            f1b = _ratio(2 * a_tp, 2 * a_tp + a_fp + a_fn) if a_tp + a_fp + a_fn > 0 else 1.0
+        else:
+            f1b = float(rows["box_f1_vs_fp32"].astype(float).mean()) if "box_f1_vs_fp32" in rows else float("nan")
         prec = rec = f1 = None
         if {"tp", "fp", "fn"} <= set(rows.columns):
             tp, fp, fn = (float(rows[c].sum()) for c in ("tp", "fp", "fn"))
