@@ -29,7 +29,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import logging
-import platform
 import re
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -38,7 +37,6 @@ from typing import Any
 
 import numpy as np
 
-from .. import __version__
 from .._io import (
     OUTPUT_MARKER,
     atomic_output_dir,
@@ -60,6 +58,7 @@ from ..imageio import load_image
 from ..note import ExportNote
 from ..progress import progress
 from ..runner import OrtRunner, with_outputs
+from ..versions import tool_versions
 from .archive import BUNDLE_FORMAT, MANIFEST_NAME, write_tar
 
 log = logging.getLogger(__name__)
@@ -539,12 +538,7 @@ def _json_bytes(obj: Any) -> bytes:
 
 
 def _runtime_versions(providers: Sequence[str]) -> dict[str, Any]:
-    import onnx
-    import onnxruntime as ort
-
-    return {"onnxruntime": ort.__version__, "onnx": onnx.__version__, "numpy": np.__version__,
-            "python": platform.python_version(), "quantkit": __version__, "providers": list(providers),
-            "graph_optimization_level": "all"}
+    return {**tool_versions(python=True), "providers": list(providers), "graph_optimization_level": "all"}
 
 
 def _golden_outputs(inp: _Inputs, fp32_model: Any, int8_model: Any, inputs: list[np.ndarray], samples: list[dict[str, Any]],

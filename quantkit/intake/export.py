@@ -186,7 +186,7 @@ def export_torch(module: Any, config: TorchExportConfig, out: str | Path) -> Exp
     import torch
 
     from ..runner import OrtRunner
-    from .prepare import _versions
+    from ..versions import tool_versions
 
     pre = config.preprocessing
     cls = type(module).__name__
@@ -226,7 +226,7 @@ def export_torch(module: Any, config: TorchExportConfig, out: str | Path) -> Exp
     note = ExportNote(preprocessing=pre, provenance=Provenance(
         source=f"torch.nn.Module {type(module).__module__}.{cls}", source_digest="", framework="PyTorch", framework_version=torch.__version__,
         export_command=config.export_command or f"torch.onnx.export({cls}, opset_version={config.opset}, dynamo=False, input shape {list(xs[0].shape)})",
-        opset=config.opset, sample_input_digest=sha256_bytes(np.ascontiguousarray(xs[0]).tobytes()), runtime_versions={**_versions(), "torch": torch.__version__}))
+        opset=config.opset, sample_input_digest=sha256_bytes(np.ascontiguousarray(xs[0]).tobytes()), runtime_versions={**tool_versions(python=True), "torch": torch.__version__}))
     note.embed(model)
     final = model.SerializeToString()
     result = ExportResult(config, cls, sha256_bytes(final), len(xs), outputs, validation, inspect_model(model), note)

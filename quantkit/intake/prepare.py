@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import platform
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
-from .. import __version__
 from .._io import (
     atomic_output_dir,
     atomic_write_bytes,
@@ -35,6 +33,7 @@ from .._io import (
 from ..config import Config
 from ..errors import ConfigError, ModelError
 from ..note import ExportNote, Preprocessing, Provenance
+from ..versions import tool_versions
 from .inspect import InspectReport, inspect_model
 from .model import load_model, opset_of
 from .notecheck import NoteCheckReport, check_note, text_probe
@@ -233,13 +232,6 @@ def _ort_pre_process(model: Any, tmp: Path) -> Any:
     return out
 
 
-def _versions() -> dict[str, str]:
-    import onnx
-    import onnxruntime
-
-    return {"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__, "numpy": np.__version__, "quantkit": __version__, "python": platform.python_version()}
-
-
 def intake(model_path: str | Path, config: IntakeConfig, out: str | Path) -> IntakeResult:
     """Take ``model_path`` in: write ``model.onnx``, ``export_note.json`` and ``intake.json`` under ``out``.
 
@@ -297,7 +289,7 @@ def intake(model_path: str | Path, config: IntakeConfig, out: str | Path) -> Int
             preprocessing=pre,
             provenance=Provenance(source=path, source_digest=sha256_file(model_path), framework=framework, framework_version=fw_version,
                                   export_command=config.export_command, opset=opset_of(prepared), sample_input_digest=sample_digest,
-                                  runtime_versions=_versions()),
+                                  runtime_versions=tool_versions(python=True)),
         )
         note.embed(prepared)
         data = prepared.SerializeToString()

@@ -26,10 +26,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import __version__
 from .._io import atomic_output_dir, fingerprint, sha256_bytes, sha256_file
 from ..errors import ConfigError, ModelError, QuantkitError, UnsupportedOptionError
+from ..intake.model import opset_of
 from ..note import ExportNote
+from ..versions import tool_versions
 from . import adapter
 from .calibrate import CalibrationRun, collect_ranges, quiet_ort
 from .config import DynamicQuantConfig, StaticQuantConfig
@@ -87,14 +88,6 @@ def load_intake(intake: str | Path) -> tuple[Path, Any, ExportNote]:
     return model_path, model, note
 
 
-def opset_of(model: Any) -> int:
-    """The default-domain (ai.onnx) opset version of ``model``."""
-    for o in model.opset_import:
-        if o.domain in ("", "ai.onnx"):
-            return int(o.version)
-    return 0
-
-
 def constants_to_initializers(model: Any) -> int:
     """Move ``Constant`` nodes with a tensor ``value`` into the initializer list, in place; returns how many."""
     import onnx
@@ -113,13 +106,6 @@ def constants_to_initializers(model: Any) -> int:
         del model.graph.node[:]
         model.graph.node.extend(keep)
     return moved
-
-
-def _versions() -> dict[str, str]:
-    import onnx
-    import onnxruntime
-
-    return {"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__, "numpy": np.__version__, "quantkit": __version__}
 
 
 def _finish(tmp_model: Path, note: ExportNote, dest: Path) -> tuple[Any, bytes]:
@@ -230,7 +216,7 @@ def _record(tensors: tuple[TensorScale, ...], model_digest: str, qdigest: str, c
     return CalibrationRecord(
         fingerprint=CalibrationRecord.compute_fingerprint(tensors, model_digest, set_id, chash), model_digest=model_digest,
         quantized_model_digest=qdigest, calibration_set=cs_info, config=config.to_dict(), config_hash=chash,
-        opset_before=opset_before, opset_after=opset_after, versions=_versions(), tensors=tensors, mode=mode,
+        opset_before=opset_before, opset_after=opset_after, versions=tool_versions(), tensors=tensors, mode=mode,
         calibration={k: v for k, v in calib.items() if k != "seconds"})
 
 

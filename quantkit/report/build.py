@@ -29,7 +29,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import platform
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ from .. import metrics as dist
 from .._io import read_json
 from ..config import Config
 from ..errors import ConfigError, InputFileError
+from ..versions import tool_versions
 
 log = logging.getLogger(__name__)
 
@@ -404,18 +404,6 @@ def _git_revision() -> str:
     return r.stdout.strip() if r.returncode == 0 else "unknown"
 
 
-def _versions() -> dict[str, str]:
-    from importlib import metadata
-
-    out = {"python": platform.python_version()}
-    for pkg in ("quantkit", "onnx", "onnxruntime", "numpy", "pandas", "scipy", "matplotlib"):
-        try:
-            out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            out[pkg] = "not installed"
-    return out
-
-
 # ------------------------------------------------------------------------------------------ verdict
 
 
@@ -618,7 +606,7 @@ def build_report(inputs: ReportInputs, config: ReportConfig | None = None) -> Sh
     decision, lines = verdict(sites, dep_cal, cand_cal, cfg, same_calibration=same)
     provenance = {
         "git_revision": _git_revision(),
-        "versions": _versions(),
+        "versions": tool_versions(("quantkit", "onnx", "onnxruntime", "numpy", "pandas", "scipy", "matplotlib"), python=True),
         "records": {role: _record_prov(r) for role, r in (("deployed", dep_rec), ("candidate", cand_rec)) if r},
         "thresholds": {role: {"fingerprint": t.get("fingerprint"), "binding": t.get("binding")} for role, t in (("deployed", dep_thr), ("candidate", cand_thr)) if t},
         "site_sets": {name: {k: info.get(k) for k in ("set_id", "count", "camera", "lighting")} for name, info in set_info.items()},
