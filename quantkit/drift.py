@@ -341,15 +341,8 @@ def _check_images(images: Sequence[Path], listed_in: Path, role: str) -> None:
 
 
 def _read_stats(path: Path) -> Any:
-    try:
-        from .calibset.stats import read_stats_csv
-    except ImportError:  # pragma: no cover - calibset not installed
-        import pandas as pd
+    from .calibset.stats import read_stats_csv
 
-        try:
-            return pd.read_csv(path)
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-            raise CalibrationSetError(f"{path}: not a valid stats CSV ({e}); recompute it") from None
     return read_stats_csv(path)
 
 

@@ -62,37 +62,19 @@ class RecordView:
 
 
 def load_record(path: str | os.PathLike[str]) -> RecordView:
-    """Read a calibration record (``record.json`` or the quantized folder holding it).
-
-    Uses ``quantkit.quantize.record.CalibrationRecord`` when installed, else reads the JSON contract of
-    docs/ARCHITECTURE.md directly.
+    """Read a calibration record (``record.json`` or the quantized folder holding it) into a :class:`RecordView`.
 
     Raises:
-        InputFileError: the record is missing, not JSON, or lacks ``fingerprint``/``calibration_set``.
+        InputFileError: the record is missing, not JSON, or malformed (from ``CalibrationRecord.load``).
     """
+    from ..quantize.record import CalibrationRecord
+
     p = Path(path)
     if p.is_dir():
         p = p / RECORD
-    try:  # the real record class, when the quantize package provides it
-        from ..quantize.record import CalibrationRecord  # type: ignore[import-not-found]
-
-        rec: Any = CalibrationRecord.load(p)
-        tensors = {}
-        for t in getattr(rec, "tensors", ()):
-            d = t.to_dict() if hasattr(t, "to_dict") else dict(t)
-            tensors[d["name"]] = d
-        cs = rec.calibration_set or {}
-        cs = cs.to_dict() if hasattr(cs, "to_dict") else dict(cs)
-        return RecordView(p, rec.fingerprint, rec.model_digest, getattr(rec, "quantized_model_digest", ""), cs, tensors)
-    except ImportError:
-        pass
-    data = read_json(p, "calibration record")
-    try:
-        tensors = {t["name"]: t for t in data.get("tensors", [])}
-        return RecordView(p, str(data["fingerprint"]), str(data.get("model_digest", "")),
-                          str(data.get("quantized_model_digest", "")), dict(data["calibration_set"]), tensors)
-    except (KeyError, TypeError, AttributeError) as e:
-        raise InputFileError(f"{p}: calibration record lacks field {e}; re-run 'quantkit quantize'") from None
+    rec = CalibrationRecord.load(p)
+    tensors = {t.name: t.to_dict() for t in rec.tensors}
+    return RecordView(p, rec.fingerprint, rec.model_digest, rec.quantized_model_digest, dict(rec.calibration_set or {}), tensors)
 
 
 # -- integer domain from the quantized graph ---------------------------------------------------------
