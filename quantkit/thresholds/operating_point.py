@@ -69,6 +69,10 @@ class OperatingPointConfig(Config):
         if self.bootstrap_resamples < 10:
             raise ConfigError(f"thresholds.operating_point.bootstrap_resamples: {self.bootstrap_resamples} must be >= 10")
 
+    def bootstrap_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of :func:`bootstrap_ratio` and :func:`_pick_significant` for this config."""
+        return {"resamples": self.bootstrap_resamples, "seed": self.bootstrap_seed, "confidence": self.confidence}
+
 
 @dataclasses.dataclass(frozen=True)
 class ThresholdsConfig(Config):
@@ -254,7 +258,7 @@ def item_counts(cands_dec: Sequence[Decision], refs: Sequence[np.ndarray | None]
 
 
 def _f1_stats(tp: np.ndarray, fp: np.ndarray, fn: np.ndarray, cfg: OperatingPointConfig) -> dict[str, Any]:
-    kw = dict(resamples=cfg.bootstrap_resamples, seed=cfg.bootstrap_seed, confidence=cfg.confidence)
+    kw = cfg.bootstrap_kwargs()
     return {"f1": bootstrap_ratio(2 * tp, 2 * tp + fp + fn, **kw),
             "precision": bootstrap_ratio(tp, tp + fp, **kw),
             "recall": bootstrap_ratio(tp, tp + fn, **kw)}
@@ -296,7 +300,7 @@ def derive_operating_point(fp32_adapter: Adapter, fp32: ModelPass, int8: ModelPa
     op: dict[str, Any] = {"mode": cfg.mode, "images": n, "grid_step": cfg.grid_step, "match_iou": cfg.match_iou,
                           "bootstrap": {"method": BOOTSTRAP_METHOD, "resamples": cfg.bootstrap_resamples,
                                         "seed": cfg.bootstrap_seed, "confidence": cfg.confidence}}
-    kw = dict(resamples=cfg.bootstrap_resamples, seed=cfg.bootstrap_seed, confidence=cfg.confidence)
+    kw = cfg.bootstrap_kwargs()
     ref_dec = [fp32_adapter.decide(o) for o in fp32.outputs]
     evaluated: dict[str, dict[str, float]] = {"chosen": {}, "fp32_thresholds": fp32_vals}
     if previous_values:
