@@ -38,7 +38,7 @@ from . import metrics
 from ._io import atomic_write_json, read_json
 from .calibset.stats import STAT_COLUMNS
 from .config import Config
-from .errors import CalibrationSetError, ConfigError, InputFileError, ModelError
+from .errors import CalibrationSetError, ConfigError, InputFileError
 
 log = logging.getLogger(__name__)
 
@@ -451,25 +451,13 @@ def clipping_rates(fp32_dir: str | Path, record_dir: str | Path, images: Sequenc
     Raises:
         ModelError / InputFileError: model, note or record missing, unusable or not matching.
     """
-    import onnx
-    from google.protobuf.message import DecodeError
-
     from .imageio import load_image
-    from .note import ExportNote
     from .quantize.compare import clipping_rates as clipping_table
+    from .quantize.engine import load_intake
     from .quantize.record import CalibrationRecord
 
-    fp32_dir = Path(fp32_dir)
-    model_path = fp32_dir / "model.onnx" if fp32_dir.is_dir() else fp32_dir
-    if not model_path.is_file():
-        raise ModelError(f"{model_path}: FP32 model not found; pass --fp32 work/intake (run 'quantkit intake' first)")
+    _, model, note = load_intake(fp32_dir)
     record = CalibrationRecord.load(record_dir)
-    try:
-        model = onnx.load(str(model_path))
-    except (OSError, ValueError, DecodeError) as e:
-        raise ModelError(f"{model_path}: cannot load ONNX model ({type(e).__name__}); re-run 'quantkit intake'") from None
-    note_path = model_path.parent / "export_note.json"
-    note = ExportNote.load(note_path) if note_path.exists() else ExportNote.from_model(model, path=str(model_path))
     batches = (note.preprocessing.apply(load_image(p))[0] for p in images)
     table = clipping_table(model, record, batches, total=len(images))
     return {str(t): float(r) for t, r in zip(table["tensor"], table["clipping_rate"])}
