@@ -86,6 +86,32 @@ def test_percentile_within_stated_tolerance(env, cfg, tmp_path):
     assert exact >= 0.9 * len(ref.data)  # measured: all but a few are bit for bit
 
 
+@pytest.mark.parametrize("method", ["percentile", "distribution"])
+def test_parallel_fold_equals_one_thread(env, tmp_path, method, monkeypatch):
+    """Tensors folded by a thread pool (QUANTKIT_CALIB_THREADS) give the same ranges as one thread, bit for bit."""
+    root, model, cset, pre = env
+    cfg = StaticQuantConfig(method=method, calibration_chunk_size=3)
+    got = {}
+    for threads in ("1", "3"):
+        monkeypatch.setenv("QUANTKIT_CALIB_THREADS", threads)
+        (tmp_path / threads).mkdir()
+        run = collect_ranges(model, CalibrationSetReader(cset, pre), cfg, workdir=tmp_path / threads, op_types=adapter.default_op_types("qdq"))
+        got[threads] = {k: np.asarray(v.range_value) for k, v in run.tensors.data.items()}
+    assert got["1"].keys() == got["3"].keys() and len(got["1"]) > 300
+    assert all(np.array_equal(got["1"][k], got["3"][k]) for k in got["1"])
+
+
+def test_calib_threads_env_is_validated(monkeypatch):
+    from quantkit.errors import ConfigError
+    from quantkit.quantize.calibrate import fold_threads
+
+    monkeypatch.setenv("QUANTKIT_CALIB_THREADS", "two")
+    with pytest.raises(ConfigError, match="QUANTKIT_CALIB_THREADS='two': expected a whole number"):
+        fold_threads()
+    monkeypatch.setenv("QUANTKIT_CALIB_THREADS", "2")
+    assert fold_threads() == 2
+
+
 def test_ort_merge_per_call_would_differ(env, tmp_path):
     """Why the two-pass histogram exists: ORT's own per-call merge drifts from its one-call result."""
     from onnxruntime.quantization import CalibrationMethod

