@@ -12,6 +12,7 @@ COMMAND_MODULES = (
     "support",
     "calibset",
     "quantize",
+    "fallback",
     "compare",
     "bind",
     "evaluate",

@@ -8,7 +8,7 @@ from typing import Any
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("calibset", help="versioned image sets: register, list, show, diff, stats",
+    p = subparsers.add_parser("calibset", help="versioned image sets: register, list, show, diff, stats, compose",
                               description="A set is a folder: images/ + manifest.json (+ stats.csv). A changed set is a new "
                                           "version in a new folder; an existing manifest is never rewritten.")
     sub = p.add_subparsers(dest="calibset_command", metavar="ACTION")
@@ -51,6 +51,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     st.add_argument("--plot", default=None, metavar="PNG", help="also save histograms of each statistic to PNG")
     st.add_argument("--json", action="store_true", help="print JSON")
     st.set_defaults(func=_stats)
+
+    c = sub.add_parser("compose", help="a new set from N images of each of several sets (e.g. day + night)",
+                       description="Copy N images of each source set (spread evenly over its manifest order; all without :N) "
+                                   "into DEST/images and register DEST; the manifest records the composition.")
+    c.add_argument("dest", help="new set folder (must not exist)")
+    c.add_argument("--from", dest="sources", action="append", required=True, metavar="SET[:N]",
+                   help="source set folder, optionally :N images; repeat for each source")
+    c.add_argument("--name", required=True, help="name of the new set, e.g. cam1-day+night")
+    c.add_argument("--kind", choices=("calibration", "reference", "site"), default="calibration", help="what the set is for (default calibration)")
+    c.add_argument("--json", action="store_true", help="print the new set as JSON")
+    c.set_defaults(func=_compose)
 
 
 def _print_json(obj: Any) -> None:
@@ -134,6 +145,30 @@ def _diff(args: argparse.Namespace) -> int:
         for n in names:
             print(f"{tag} {n}")
     print(f"{len(d.added)} added, {len(d.removed)} removed, {len(d.changed)} changed, {d.unchanged} unchanged")
+    return 0
+
+
+def _parse_source(spec: str) -> tuple[str, int | None]:
+    from ..errors import ConfigError
+
+    path, sep, n = spec.rpartition(":")
+    if not sep or not path:
+        return spec, None
+    if not n.isdigit():
+        raise ConfigError(f"--from {spec}: expected SET or SET:N with N a whole number of images, e.g. calibration_sets/cam1-day:32")
+    return path, int(n)
+
+
+def _compose(args: argparse.Namespace) -> int:
+    from ..calibset import compose_set
+
+    cset = compose_set([_parse_source(s) for s in args.sources], args.dest, name=args.name, kind=args.kind)
+    if args.json:
+        _print_json({**cset.to_dict(), "composition": (cset.generator or {}).get("composition")})
+        return 0
+    print(f"{cset.root}: registered {cset.count} images ({cset.camera}/{cset.lighting}), set_id {cset.set_id}")
+    for c in (cset.generator or {}).get("composition", []):
+        print(f"  {c['images']:>5} of {c['of']:<5} from {c['path']} ({c['name']}, id {c['set_id'][:12]})")
     return 0
 
 

@@ -1,0 +1,64 @@
+"""``quantkit calibset compose`` and ``quantkit fallback`` from the command line (tiny model, small sets)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_quantize_fixtures import make_set, make_tiny_intake
+
+from quantkit.calibset import CalibrationSet
+from quantkit.cli.main import main
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fbcli")
+    return (root, make_tiny_intake(root / "intake", size=16), make_set(root / "a", 6, size=24, name="a"),
+            make_set(root / "b", 4, size=24, name="b", seed=1))
+
+
+def test_compose_spreads_picks_and_records_the_composition(env, tmp_path, capsys):
+    root, intake, a, b = env
+    assert main(["calibset", "compose", str(tmp_path / "mix"), "--from", f"{a}:3", "--from", str(b), "--name", "a+b", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    cs = CalibrationSet.load(tmp_path / "mix", verify=True)
+    assert out["set_id"] == cs.set_id and cs.count == 3 + 4 and cs.name == "a+b"
+    src = CalibrationSet.load(a)
+    # 3 of 6 spread over the manifest order: indices 0, 2 (2.5 rounds to even), 5
+    assert [e.file for e in cs.entries if e.file.startswith("images/a_")] == [f"images/a_{src.entries[i].file.split('/')[-1]}" for i in (0, 2, 5)]
+    assert [(c["name"], c["images"], c["of"]) for c in cs.generator["composition"]] == [("a", 3, 6), ("b", 4, 4)]
+    assert {e.sha256 for e in cs.entries} <= {e.sha256 for e in src.entries} | {e.sha256 for e in CalibrationSet.load(b).entries}
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--from", "{a}:99"], "asked for 99 images, the set has 6"),
+    (["--from", "{a}:x"], "expected SET or SET:N"),
+    (["--from", "{a}", "--from", "{a}:2"], "source set names must differ"),
+    (["--from", "{root}/nope"], "no manifest.json"),
+])
+def test_compose_errors_write_nothing(env, tmp_path, capsys, args, msg):
+    root, intake, a, b = env
+    args = [x.format(a=a, root=root) for x in args]
+    assert main(["calibset", "compose", str(tmp_path / "mix"), *args, "--name", "m"]) != 0
+    assert msg in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # no half-built set, no leftover temporary folder
+
+
+def test_fallback_cli_meets_target_and_reports_each_set(env, tmp_path, capsys):
+    root, intake, a, b = env
+    rc = main(["fallback", str(intake), "--calibration-set", str(a), "--reference-set", str(a), "--reference-set", str(b),
+               "--target", "0.999", "--thresh", "0.5", "--out", str(tmp_path / "fb")])
+    out = capsys.readouterr().out
+    saved = json.loads((tmp_path / "fb" / "fallback.json").read_text())
+    assert rc == (0 if saved["met"] else 1)
+    assert f"-> {saved['metric_after']:.4f}" in out and "  a " in out and "  b " in out
+    assert set(saved["metric_after_per_set"]) == {"a", "b"} and (tmp_path / "fb" / "model_int8.onnx").is_file()
+
+
+def test_fallback_cli_bad_target(env, tmp_path, capsys):
+    root, intake, a, b = env
+    assert main(["fallback", str(intake), "--calibration-set", str(a), "--reference-set", str(a), "--target", "95",
+                 "--out", str(tmp_path / "fb")]) == 2
+    assert "--target 95.0: pixel IoU targets lie in (0, 1]" in capsys.readouterr().err
+    assert not (tmp_path / "fb").exists()
