@@ -2,14 +2,14 @@
 
 Steps (all in one run, JSON on stdout):
 
-1. **Calibration-set composition**: the first ``--n-calib`` images of each calibration set
-   (default ``calibration_sets/cam1-day`` + ``cam1-night``, 32 + 32) are copied into one temporary
-   folder and registered as a new set (:func:`quantkit.calibset.register_set`); likewise the first
-   ``--n-ref`` images of each reference set become one mixed reference set.
+1. **Calibration-set composition**: ``--n-calib`` images of each calibration set (default
+   ``calibration_sets/cam1-day`` + ``cam1-night``, 32 + 32, spread over each set) become one new set
+   (:func:`quantkit.calibset.compose_set`, as ``quantkit calibset compose`` does).
 2. **Fallback**: :func:`quantkit.quantize.precision_fallback` quantizes the intake model with
-   ``StaticQuantConfig(per_channel=True, method=--method)`` on the mixed calibration set, ranks
-   activations by sensitivity on the mixed reference set and raises the fewest to 16 bits
-   (``--strategy int16``) or float until pixel IoU vs FP32 >= ``--target``. The model is written to
+   ``StaticQuantConfig(per_channel=True, method=--method)`` on the composed set, then (``--search
+   bisect``) bisects over the node order for the fewest nodes to keep in float (``--strategy float``) or
+   16 bits until pixel IoU vs FP32 >= ``--target`` on *each* reference set (default ``reference_sets/
+   cam1-day`` and ``cam1-night``, ``--n-ref`` images each; the worst set counts). The model is written to
    ``--out-dir/model`` (``model_int8.onnx``, ``record.json``, ``fallback.json``).
 3. **Site evaluation** of that one model against FP32 on each site set (default ``site_sets/cam1-day``,
    ``cam1-night``, ``cam2-day``), with the same per-image rows and aggregates as ``quantkit evaluate``
@@ -29,8 +29,8 @@ numbers reached are printed whether or not the goals are met.
 
 Usage::
 
-    python bench/bench_fallback.py --out-dir /tmp/bench-fallback [--target 0.96 --step 2 --max-kept 16]
-        [--n-calib 32] [--n-ref 24] [--max-site-images N] [--strategy int16|float] [--method minmax]
+    python bench/bench_fallback.py --out-dir /tmp/bench-fallback [--target 0.96] [--search bisect|sqnr]
+        [--strategy float|int16] [--n-calib 32] [--n-ref 24] [--max-site-images N] [--method percentile]
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import shutil
 import sys
 import tempfile
 import time
@@ -46,39 +45,6 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _mixed_set(sources: list[Path], counts: list[int], dest: Path, *, name: str, kind: str) -> tuple[Any, list[dict[str, Any]]]:
-    """Copy the first ``counts[i]`` images (manifest order) of ``sources[i]`` into ``dest/images`` and register it.
-
-    Files are renamed ``<source name>_<original name>`` so sources cannot collide; ground-truth labels are
-    carried over when the sources have them. Returns (CalibrationSet, composition rows).
-    """
-    from quantkit.calibset import CalibrationSet, register_set
-
-    (dest / "images").mkdir(parents=True)
-    labels: dict[str, Any] = {}
-    captured: dict[str, str] = {}
-    composition = []
-    cameras, lightings = set(), set()
-    for src, n in zip(sources, counts):
-        cs = CalibrationSet.load(src)
-        cameras.add(cs.camera)
-        lightings.add(cs.lighting)
-        picked = cs.entries[:n]
-        for e in picked:
-            rel = f"images/{cs.name}_{Path(e.file).name}"
-            shutil.copyfile(cs.root / e.file, dest / rel)
-            if e.text_boxes is not None:
-                labels[rel] = [[list(pt) for pt in q] for q in e.text_boxes]
-            if e.captured_at:
-                captured[rel] = e.captured_at
-        composition.append({"source": str(src), "name": cs.name, "set_id": cs.set_id, "camera": cs.camera,
-                            "lighting": cs.lighting, "images": len(picked)})
-    res = register_set(dest, name=name, kind=kind, camera="+".join(sorted(cameras)), lighting="+".join(sorted(lightings)),
-                       captured_at=captured, labels=labels or None,
-                       generator={"tool": "bench/bench_fallback.py", "composition": composition})
-    return res.set, composition
 
 
 def _evaluate_site(site: Path, intake: Path, int8_model: Path, adapter: Any, match_iou: float, max_images: int | None) -> dict[str, Any]:
@@ -138,19 +104,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--site-sets", type=Path, nargs="+", default=[REPO / "site_sets" / s for s in ("cam1-day", "cam1-night", "cam2-day")])
     ap.add_argument("--n-calib", type=int, nargs="+", default=[32],
                     help="images taken from each calibration set: one number for all, or one per --calib-sets (default 32)")
-    ap.add_argument("--n-ref", type=int, default=24, help="images taken from each reference set (default 24)")
+    ap.add_argument("--n-ref", type=int, default=None, help="use the first N images of each reference set (default all)")
     ap.add_argument("--max-site-images", type=int, default=None, help="evaluate only the first N images of each site set")
     ap.add_argument("--out-dir", type=Path, required=True, help="gets model/ (the fallback output) and bench_fallback.json")
-    ap.add_argument("--method", default="minmax", choices=["minmax", "entropy", "percentile", "distribution"])
+    ap.add_argument("--method", default="percentile", choices=["minmax", "entropy", "percentile", "distribution"])
     ap.add_argument("--moving-average", action="store_true", help="minmax: average per-image ranges (CalibMovingAverage)")
     ap.add_argument("--averaging-constant", type=float, default=None, help="minmax with --moving-average (default ORT's 0.01)")
     ap.add_argument("--percentile", type=float, default=None, help="percentile method (default ORT's 99.999)")
     ap.add_argument("--calibration-symmetric", choices=["true", "false"], default=None,
                     help="symmetric calibrated ranges (default: the calibrator's own)")
-    ap.add_argument("--strategy", default="int16", choices=["int16", "float"])
+    ap.add_argument("--strategy", default="float", choices=["float", "int16"])
+    ap.add_argument("--search", default="bisect", choices=["bisect", "sqnr"])
     ap.add_argument("--target", type=float, default=0.96, help="fallback target: pooled pixel IoU vs FP32 on the reference set")
-    ap.add_argument("--step", type=int, default=4, help="tensors promoted per fallback round")
-    ap.add_argument("--max-kept", type=int, default=16, help="stop after promoting this many tensors")
+    ap.add_argument("--step", type=int, default=4, help="sqnr search: tensors promoted per round")
+    ap.add_argument("--max-kept", type=int, default=None, help="promote at most this many nodes (bisect) / tensors (sqnr)")
     ap.add_argument("--thresh", type=float, default=0.3)
     ap.add_argument("--box-thresh", type=float, default=0.5)
     ap.add_argument("--unclip-ratio", type=float, default=1.6)
@@ -160,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
 
+    from quantkit.calibset import compose_set
     from quantkit.quantize import StaticQuantConfig, precision_fallback
     from quantkit.quantize.fallback import pixel_iou
     from quantkit.thresholds.adapters import DBTextAdapter
@@ -174,16 +142,14 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--n-calib: give one number or {len(args.calib_sets)} (one per --calib-sets)")
     args.out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="bench-fallback-") as tmp_s:
-        tmp = Path(tmp_s)
-        calib, calib_comp = _mixed_set(args.calib_sets, n_calib, tmp / "calib-mixed", name="calib-mixed", kind="calibration")
-        ref, ref_comp = _mixed_set(args.ref_sets, [args.n_ref] * len(args.ref_sets), tmp / "ref-mixed", name="ref-mixed", kind="reference")
+        calib = compose_set(list(zip(args.calib_sets, n_calib)), Path(tmp_s) / "calib-mixed", name="calib-mixed")
         t1 = time.perf_counter()
-        fb = precision_fallback(args.intake, config, calibration_set=calib, reference_set=ref, out=args.out_dir / "model",
-                                target=args.target, metric=pixel_iou(args.thresh), strategy=args.strategy,
-                                step=args.step, max_kept=args.max_kept)
+        fb = precision_fallback(args.intake, config, calibration_set=calib, reference_set=args.ref_sets, out=args.out_dir / "model",
+                                target=args.target, metric=pixel_iou(args.thresh), strategy=args.strategy, search=args.search,
+                                step=args.step, max_kept=args.max_kept, max_reference_images=args.n_ref)
         t2 = time.perf_counter()
-        calibration = {"set_id": calib.set_id, "count": calib.count, "composition": calib_comp}
-        reference = {"set_id": ref.set_id, "count": ref.count, "composition": ref_comp}
+        calibration = {"set_id": calib.set_id, "count": calib.count, "composition": calib.generator["composition"]}
+        reference = {"sets": [str(p) for p in args.ref_sets], "images_each": args.n_ref or "all"}
     sites = {}
     for s in args.site_sets:
         sites[s.name] = _evaluate_site(s, args.intake, args.out_dir / "model" / "model_int8.onnx", adapter, args.match_iou, args.max_site_images)
@@ -199,10 +165,13 @@ def main(argv: list[str] | None = None) -> int:
         "adapter": {**adapter.thresholds(), **{k: v for k, v in adapter.options().items() if k == "unclip_ratio"}},
         "calibration_set": calibration,
         "reference_set": reference,
-        "fallback": {"strategy": fb.strategy, "target": fb.target, "met_on_reference": fb.met,
+        "fallback": {"strategy": fb.strategy, "search": fb.search, "target": fb.target, "met_on_reference": fb.met,
                      "metric_before": round(fb.metric_before, 6), "metric_after": round(fb.metric_after, 6),
+                     "metric_before_per_set": fb.metric_before_per_set, "metric_after_per_set": fb.metric_after_per_set,
+                     "window": fb.window,
                      "kept_16bit" if fb.strategy == "int16" else "kept_float": list(fb.kept),
                      "steps": [{k: round(v, 6) if isinstance(v, float) else v for k, v in st.items()} for st in fb.steps],
+                     "rounds": len(fb.steps) - 1,
                      "reference_fp32_ms": round(fb.fp32_ms, 3), "reference_int8_ms_before": round(fb.int8_ms_before, 3),
                      "reference_int8_ms_after": round(fb.int8_ms_after, 3), "record_fingerprint": fb.record_fingerprint,
                      "model": str(args.out_dir / "model" / "model_int8.onnx")},

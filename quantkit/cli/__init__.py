@@ -13,6 +13,7 @@ COMMAND_MODULES = (
     "calibset",
     "quantize",
     "fallback",
+    "record",
     "compare",
     "bind",
     "evaluate",
