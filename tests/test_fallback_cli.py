@@ -36,11 +36,14 @@ def test_compose_spreads_picks_and_records_the_composition(env, tmp_path, capsys
     (["--from", "{a}:x"], "expected SET or SET:N"),
     (["--from", "{a}", "--from", "{a}:2"], "source set names must differ"),
     (["--from", "{root}/nope"], "no manifest.json"),
+    (["--from", "{a}", "--name", "x/y"], "use letters, digits and . _ + - only"),
 ])
 def test_compose_errors_write_nothing(env, tmp_path, capsys, args, msg):
     root, intake, a, b = env
     args = [x.format(a=a, root=root) for x in args]
-    assert main(["calibset", "compose", str(tmp_path / "mix"), *args, "--name", "m"]) != 0
+    if "--name" not in args:
+        args += ["--name", "m"]
+    assert main(["calibset", "compose", str(tmp_path / "mix"), *args]) != 0
     assert msg in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []  # no half-built set, no leftover temporary folder
 
@@ -62,3 +65,18 @@ def test_fallback_cli_bad_target(env, tmp_path, capsys):
                  "--out", str(tmp_path / "fb")]) == 2
     assert "--target 95.0: pixel IoU targets lie in (0, 1]" in capsys.readouterr().err
     assert not (tmp_path / "fb").exists()
+
+
+def test_compose_refuses_a_folder_inside_a_registered_set(env, capsys):
+    root, intake, a, b = env
+    assert main(["calibset", "compose", str(a / "images" / "nested"), "--from", f"{b}:1", "--name", "n"]) == 2
+    assert "inside the registered set" in capsys.readouterr().err and not (a / "images" / "nested").exists()
+
+
+@pytest.mark.parametrize("flag, value, msg", [("--thresh", "2", "its threshold lies in (0, 1)"), ("--thresh", "nan", "its threshold lies in (0, 1)"),
+                                              ("--max-reference-images", "0", "give at least 1")])
+def test_fallback_cli_rejects_bad_threshold_and_counts(env, tmp_path, capsys, flag, value, msg):
+    root, intake, a, b = env
+    assert main(["fallback", str(intake), "--calibration-set", str(a), "--reference-set", str(a), flag, value,
+                 "--out", str(tmp_path / "fb")]) == 2
+    assert msg in capsys.readouterr().err and not (tmp_path / "fb").exists()

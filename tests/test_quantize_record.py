@@ -70,7 +70,7 @@ def test_aimet_export_offset_sign_and_round_trip(env, tmp_path):
     assert plain["w1"].zero_point == (0,) * 4 and plain["w1"].dtype == "int8" and plain["x"].zero_point == x.zero_point
     with pytest.raises(InputFileError, match="version '0.6.1' is not 1.0.0"):
         import_aimet({"version": "0.6.1"})
-    with pytest.raises(InputFileError, match=r"activation_encodings\[0\] lacks or mistypes"):
+    with pytest.raises(InputFileError, match=r"activation_encodings\[0\] has no .bw. field"):
         import_aimet({"version": "1.0.0", "activation_encodings": [{"name": "a"}]})
 
 

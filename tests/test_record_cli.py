@@ -49,5 +49,48 @@ def test_replay_refuses_another_model(env, tmp_path, capsys):
     root, intake = env
     other = make_tiny_intake(tmp_path / "other", size=20)
     assert main(["record", "replay", str(root / "qa"), str(other), "--out", str(tmp_path / "r")]) == 2
-    assert "digest differs from the record's model_digest" in capsys.readouterr().err
+    assert "differs from the record's model_digest" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
+
+
+def test_outputs_never_replace_user_files_and_os_errors_are_one_line(env, tmp_path, capsys):
+    root, intake = env
+    mine = tmp_path / "mine.json"
+    mine.write_text("keep me")
+    assert main(["record", "export-aimet", str(root / "qa"), "--out", str(mine)]) == 2
+    assert "already exists" in capsys.readouterr().err and mine.read_text() == "keep me"
+    assert main(["record", "show", str(root / "qa"), "--csv", str(mine)]) == 2
+    assert mine.read_text() == "keep me"
+    capsys.readouterr()
+    for bad in (mine / "sub.json", "/proc/quantkit-test/enc.json"):  # a file as folder; a place the OS refuses
+        assert main(["record", "export-aimet", str(root / "qa"), "--out", str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("quantkit record: error: ") and "Traceback" not in err
+
+
+@pytest.mark.parametrize("edit, msg", [
+    (lambda d: d["activation_encodings"][0].update(scale=[0.0]), "not finite and positive"),
+    (lambda d: d["activation_encodings"][0].update(offset=[500]), "off the 8-bit grid"),
+    (lambda d: d["activation_encodings"][0].update(dtype="FLOAT"), "only integer (INT) encodings"),
+    (lambda d: d["activation_encodings"][0].update(enc_type="PER_BLOCK"), "only PER_TENSOR and PER_CHANNEL"),
+    (lambda d: d["activation_encodings"].append(dict(d["activation_encodings"][0])), "listed twice"),
+    (lambda d: (d.pop("activation_encodings"), d.pop("param_encodings")), "no 'activation_encodings' or 'param_encodings'"),
+])
+def test_import_aimet_rejects_invalid_encodings(env, tmp_path, capsys, edit, msg):
+    root, intake = env
+    assert main(["record", "export-aimet", str(root / "qa"), "--out", str(tmp_path / "enc.json")]) == 0
+    doc = json.loads((tmp_path / "enc.json").read_text())
+    edit(doc)
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert main(["record", "import-aimet", str(tmp_path / "bad.json"), "--record", str(root / "qa")]) == 2
+    assert msg in capsys.readouterr().err
+
+
+def test_import_aimet_other_record_differs_exit_4(env, tmp_path, capsys):
+    root, intake = env
+    assert main(["record", "export-aimet", str(root / "qb"), "--out", str(tmp_path / "enc.json")]) == 0
+    capsys.readouterr()
+    assert main(["record", "import-aimet", str(tmp_path / "enc.json"), "--record", str(root / "qa")]) == 4
+    out = capsys.readouterr().out
+    assert "note: the encodings were exported from record" in out and "differs:" in out

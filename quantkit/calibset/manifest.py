@@ -463,11 +463,18 @@ def compose_set(
 
     import numpy as np
 
+    import re
+
     dest = Path(dest)
     if not sources:
         raise ConfigError("compose: give at least one source set (--from SET[:N])")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]*", name or ""):
+        raise ConfigError(f"compose name {name!r}: use letters, digits and . _ + - only (it names files), e.g. cam1-day+night")
     if dest.exists():
         raise ConfigError(f"{dest}: already exists; a set is never rewritten, compose into a new folder")
+    inside = next((p for p in dest.absolute().parents if (p / MANIFEST).is_file()), None)
+    if inside is not None:
+        raise ConfigError(f"{dest}: inside the registered set {inside}; compose into a folder outside any set")
     loaded: list[tuple[CalibrationSet, int]] = []
     for src, n in sources:
         cs = src if isinstance(src, CalibrationSet) else CalibrationSet.load(src)
@@ -488,8 +495,9 @@ def compose_set(
         composition = []
         for cs, take in loaded:
             idx = sorted({int(i) for i in np.rint(np.linspace(0, cs.count - 1, take))})
+            prefix = re.sub(r"[^A-Za-z0-9._+-]", "_", cs.name)
             for e in (cs.entries[i] for i in idx):
-                rel = f"{IMAGES}/{cs.name}_{Path(e.file).name}"
+                rel = f"{IMAGES}/{prefix}_{Path(e.file).name}"
                 shutil.copyfile(cs.root / e.file, tmp / rel)
                 if e.text_boxes is not None:
                     labels[rel] = [[list(pt) for pt in q] for q in e.text_boxes]
@@ -502,6 +510,9 @@ def compose_set(
                            lighting="+".join(sorted({cs.lighting for cs, _ in loaded})), site=site or "+".join(sites),
                            captured_at=captured, labels=labels or None,
                            generator={"tool": "quantkit calibset compose", "composition": composition})
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp made it 0700; a set folder gets the usual mode
         os.rename(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -42,6 +42,10 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0.0 < args.target <= 1.0:
         raise ConfigError(f"--target {args.target}: pixel IoU targets lie in (0, 1], e.g. 0.95")
+    if not 0.0 < args.thresh < 1.0:
+        raise ConfigError(f"--thresh {args.thresh}: the output map is a probability, its threshold lies in (0, 1), e.g. 0.3")
+    if args.max_reference_images is not None and args.max_reference_images < 1:
+        raise ConfigError(f"--max-reference-images {args.max_reference_images}: give at least 1 (or leave it out for every image)")
     ns = argparse.Namespace(params=args.params, section=args.section, dynamic=False, method=args.method, chunk_size=None, max_images=None)
     config = build_config(ns)
     assert isinstance(config, StaticQuantConfig)
@@ -62,7 +66,10 @@ def run(args: argparse.Namespace) -> int:
     w(f"{len(r.kept)} {what}{span}: {', '.join(r.kept[:8])}{' ...' if len(r.kept) > 8 else ''}\n")
     w(f"latency per image: FP32 {r.fp32_ms:.1f} ms, INT8 {r.int8_ms_before:.1f} ms -> {r.int8_ms_after:.1f} ms "
       f"({r.fp32_ms / r.int8_ms_after:.2f}x FP32)\n")
+    if r.int8_ms_after >= r.fp32_ms:
+        w(f"warning: the written model is not faster than FP32 here ({r.int8_ms_after:.1f} vs {r.fp32_ms:.1f} ms per image)\n")
     if not r.met:
-        w("target not met: the model with the highest metric was written; try --strategy float, a calibration set covering "
+        other = "--strategy float, " if r.strategy != "float" else ""
+        w(f"target not met (exit 1): the model with the highest metric was written; try {other}a calibration set covering "
           "every condition ('quantkit calibset compose'), or a lower --target\n")
     return 0 if r.met else 1

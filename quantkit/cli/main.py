@@ -48,6 +48,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stderr.close()
         return 0
+    except OSError as e:  # a path the OS refuses (permissions, a file where a folder is needed, /proc ...)
+        where = e.filename if e.filename is not None else "a path"
+        print(f"quantkit {args.command}: error: {where}: {e.strerror or e}; check the path and its permissions", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"quantkit {args.command}: interrupted; no output was written", file=sys.stderr)
         return 130

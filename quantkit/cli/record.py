@@ -33,7 +33,7 @@ def register(subparsers: Any) -> None:
     e.add_argument("--out", required=True, metavar="FILE", help="encodings file to write")
     e.set_defaults(func=_export)
 
-    i = sub.add_parser("import-aimet", help="read AIMET encodings (1.0.0) and compare them with a record's scales")
+    i = sub.add_parser("import-aimet", help="read AIMET encodings (1.0.0) and compare them with a record's scales (exit 4 when they differ)")
     i.add_argument("encodings", help="AIMET encodings JSON")
     i.add_argument("--record", required=True, help="record whose tensors the encodings describe (axes and ranges come from it)")
     i.add_argument("--json", action="store_true", help="print the comparison as JSON")
@@ -44,6 +44,16 @@ def register(subparsers: Any) -> None:
     r.add_argument("intake", help="the intake folder the record was made from (its model digest is checked)")
     r.add_argument("--out", required=True, metavar="DIR", help="output folder: model_int8.onnx + record.json")
     r.set_defaults(func=_replay)
+
+
+def _new_file(path: str, flag: str) -> None:
+    """Refuse to replace an existing file: the user's file is never overwritten."""
+    from pathlib import Path
+
+    from ..errors import ConfigError
+
+    if Path(path).exists():
+        raise ConfigError(f"{flag} {path}: already exists; choose a new file name or remove it first")
 
 
 def _load(path: str) -> Any:
@@ -58,6 +68,7 @@ def _show(args: argparse.Namespace) -> int:
     if args.csv:
         from .._io import atomic_write_text
 
+        _new_file(args.csv, "--csv")
         atomic_write_text(args.csv, table.to_csv(index=False))
     if args.json:
         print(json.dumps({"fingerprint": rec.fingerprint, "mode": rec.mode, "model_digest": rec.model_digest,
@@ -74,14 +85,21 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _diff(args: argparse.Namespace) -> int:
+    from ..errors import ConfigError
     from ..quantize import scale_diff
 
+    if args.top < 1:
+        raise ConfigError(f"--top {args.top}: give at least 1 row")
     df = scale_diff(_load(args.a), _load(args.b))
     if args.json:
         print(df.to_json(orient="records", indent=2))
         return 0
     moved = int((df["rel_change"] > 0).sum())
-    sys.stdout.write(f"{moved} of {len(df)} tensors changed scale; the {min(args.top, len(df))} that moved most:\n")
+    st = df["status"].value_counts().to_dict()
+    sys.stdout.write(f"{len(df)} tensors: {moved} changed scale, {int(st.get('both', 0)) - moved} unchanged, "
+                     f"{int(st.get('shape_changed', 0))} changed shape (per-tensor <-> per-channel), "
+                     f"{int(st.get('only_a', 0))} only in A, {int(st.get('only_b', 0))} only in B; "
+                     f"the {min(args.top, len(df))} that moved most:\n")
     sys.stdout.write(df.head(args.top).to_string(index=False) + "\n")
     return 0
 
@@ -89,7 +107,9 @@ def _diff(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from ..quantize.aimet import export_aimet
 
-    doc = export_aimet(_load(args.record), args.out)
+    rec = _load(args.record)
+    _new_file(args.out, "--out")
+    doc = export_aimet(rec, args.out)
     print(f"wrote {args.out}: {len(doc['activation_encodings'])} activation and {len(doc['param_encodings'])} parameter encodings")
     return 0
 
@@ -97,10 +117,12 @@ def _export(args: argparse.Namespace) -> int:
 def _import(args: argparse.Namespace) -> int:
     import numpy as np
 
+    from .._io import read_json
     from ..quantize.aimet import import_aimet
 
     rec = _load(args.record)
     got = {t.name: t for t in import_aimet(args.encodings, template=rec)}
+    made_for = ((read_json(args.encodings, "AIMET encodings") or {}).get("quantizer_args") or {}).get("record_fingerprint")
     have = {t.name: t for t in rec.tensors}
     rows = []
     for name in sorted(set(got) | set(have)):
@@ -112,15 +134,19 @@ def _import(args: argparse.Namespace) -> int:
                "differ": [r["name"] for r in rows if r["in_record"] and r["in_encodings"] and not r["same"]],
                "only_record": [r["name"] for r in rows if not r["in_encodings"]],
                "only_encodings": [r["name"] for r in rows if not r["in_record"]]}
+    if made_for and made_for != rec.fingerprint:
+        summary["note"] = f"the encodings were exported from record {made_for[:16]}, not {rec.fingerprint[:16]}"
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
     else:
+        if "note" in summary:
+            print(f"note: {summary['note']}")
         print(f"{summary['encodings']} encodings, {summary['record']} record tensors: {summary['same']} identical "
               f"(dtype, zero point, scale within 1e-6 relative), {len(summary['differ'])} differ, "
               f"{len(summary['only_record'])} only in the record, {len(summary['only_encodings'])} only in the encodings")
         for name in summary["differ"][:20]:
             print(f"  differs: {name}")
-    return 0
+    return 4 if summary["differ"] or summary["only_encodings"] else 0
 
 
 def _replay(args: argparse.Namespace) -> int:

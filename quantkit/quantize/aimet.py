@@ -64,22 +64,42 @@ def import_aimet(source: str | Path | dict[str, Any], *, template: CalibrationRe
     stores no channel axis); otherwise per-channel tensors get ``axis=0`` and ranges None.
 
     Raises:
-        InputFileError: not version 1.0.0, or an entry missing ``name``/``bw``/``scale``/``offset``.
+        InputFileError: not version 1.0.0; neither ``activation_encodings`` nor ``param_encodings`` is a list;
+            an entry missing ``name``/``bw``/``scale``/``offset``; a ``dtype`` other than ``INT``, an
+            ``enc_type`` other than ``PER_TENSOR``/``PER_CHANNEL``; a scale that is not finite and positive;
+            an offset off the ``bw``-bit grid; a name listed twice.
     """
     where = str(source) if not isinstance(source, dict) else "AIMET encodings"
     doc = source if isinstance(source, dict) else read_json(source, "AIMET encodings")
     if not isinstance(doc, dict) or doc.get("version") != VERSION:
         raise InputFileError(f"{where}: AIMET encodings version {doc.get('version') if isinstance(doc, dict) else None!r} is not {VERSION}; export with AIMET 2.x or convert")
     known = {t.name: t for t in template.tensors} if template else {}
+    sections = [s for s in ("activation_encodings", "param_encodings") if isinstance(doc.get(s), list)]
+    if not sections:
+        raise InputFileError(f"{where}: no 'activation_encodings' or 'param_encodings' list; export it with AIMET's 1.0.0 format")
     out = []
+    seen: set[str] = set()
     for section, role in (("activation_encodings", "activation"), ("param_encodings", "weight")):
-        for i, e in enumerate(doc.get(section, [])):
+        for i, e in enumerate(doc.get(section) or []):
+            if not isinstance(e, dict):
+                raise InputFileError(f"{where}: {section}[{i}] is a {type(e).__name__}, not an encoding object; the 1.0.0 format lists objects")
             try:
-                name, bw, sym = e["name"], int(e["bw"]), bool(e.get("is_sym", False))
+                name, bw, sym = str(e["name"]), int(e["bw"]), bool(e.get("is_sym", False))
                 scale = tuple(float(s) for s in e["scale"])
                 offset = [int(round(float(o))) for o in e["offset"]]
-            except (KeyError, TypeError, ValueError) as err:
-                raise InputFileError(f"{where}: {section}[{i}] lacks or mistypes {err}; fix the entry") from None
+            except KeyError as err:
+                raise InputFileError(f"{where}: {section}[{i}] has no {err} field; add it") from None
+            except (TypeError, ValueError):
+                raise InputFileError(f"{where}: {section}[{i}] has a non-numeric bw, scale or offset; fix the entry") from None
+            if str(e.get("dtype", "INT")).upper() != "INT":
+                raise InputFileError(f"{where}: {section}[{i}] ({name}) dtype {e.get('dtype')!r}: only integer (INT) encodings map to ONNX QDQ")
+            if str(e.get("enc_type", "PER_TENSOR")).upper() not in ("PER_TENSOR", "PER_CHANNEL"):
+                raise InputFileError(f"{where}: {section}[{i}] ({name}) enc_type {e.get('enc_type')!r}: only PER_TENSOR and PER_CHANNEL are supported")
+            if name in seen:
+                raise InputFileError(f"{where}: {section}[{i}]: tensor {name!r} is listed twice; keep one encoding per tensor")
+            seen.add(name)
+            if not all(s > 0 and s < float("inf") for s in scale):
+                raise InputFileError(f"{where}: {section}[{i}] ({name}) has a scale that is not finite and positive; fix the entry")
             if len(scale) != len(offset) or not scale:
                 raise InputFileError(f"{where}: {section}[{i}] ({name}) has {len(scale)} scales and {len(offset)} offsets; they must match")
             dtype = ("int" if sym else "uint") + str(bw)
@@ -87,6 +107,9 @@ def import_aimet(source: str | Path | dict[str, Any], *, template: CalibrationRe
                 raise InputFileError(f"{where}: {section}[{i}] ({name}) bw {bw} is not 4, 8 or 16")
             shift = 2 ** (bw - 1) if sym else 0
             zp = tuple(-o - shift for o in offset)
+            lo, hi = (-(2 ** (bw - 1)), 2 ** (bw - 1) - 1) if sym else (0, 2**bw - 1)
+            if any(z < lo or z > hi for z in zp):
+                raise InputFileError(f"{where}: {section}[{i}] ({name}) offset {offset[0]} is off the {bw}-bit grid (zero point must lie in [{lo}, {hi}])")
             tpl = known.get(name)
             out.append(TensorScale(name=name, role=tpl.role if tpl else role, dtype=dtype,
                                    axis=tpl.axis if tpl else (0 if len(scale) > 1 else None), scale=scale, zero_point=zp,

@@ -323,8 +323,10 @@ def replay(record: CalibrationRecord | str | Path, intake: str | Path, *, out: s
     if rec.mode != "static":
         raise ConfigError(f"record {rec.fingerprint[:12]}: only static records can be replayed (this one is {rec.mode})")
     model_path, model, note = load_intake(intake)
-    if sha256_file(model_path) != rec.model_digest:
-        raise ModelError(f"{model_path}: digest differs from the record's model_digest; replay needs the same float model")
+    digest = sha256_file(model_path)
+    if digest != rec.model_digest:
+        raise ModelError(f"{model_path}: digest {digest[:12]} differs from the record's model_digest {rec.model_digest[:12]}; "
+                         "replay needs the same float model")
     cfg_dict = {k: v for k, v in rec.config.items()}
     config = StaticQuantConfig.from_dict(cfg_dict)
     out = Path(out)

@@ -54,13 +54,21 @@ Metric = Callable[[list[np.ndarray], list[np.ndarray]], float]
 
 
 def pixel_iou(thresh: float = 0.3) -> Metric:
-    """Pooled IoU of ``fp32 > thresh`` and ``int8 > thresh`` over all images (1.0 when both are empty)."""
+    """Pooled IoU of ``fp32 > thresh`` and ``int8 > thresh`` over all images (1.0 when both are empty).
+
+    Raises:
+        ConfigError: ``thresh`` outside (0, 1) (the output is a probability map; 2 or NaN would compare two
+            empty masks and report a perfect 1.0).
+    """
+    if not 0.0 < thresh < 1.0:
+        raise ConfigError(f"pixel_iou thresh: {thresh} must lie in (0, 1) (a probability map's threshold, e.g. 0.3)")
 
     def metric(ref: list[np.ndarray], got: list[np.ndarray]) -> float:
         inter = sum(int(np.count_nonzero((a > thresh) & (b > thresh))) for a, b in zip(ref, got))
         union = sum(int(np.count_nonzero((a > thresh) | (b > thresh))) for a, b in zip(ref, got))
         return inter / union if union else 1.0
 
+    metric.description = f"pixel_iou(thresh={thresh})"  # type: ignore[attr-defined]
     return metric
 
 
@@ -89,11 +97,14 @@ class FallbackResult:
     metric_before_per_set: dict[str, float] = dataclasses.field(default_factory=dict)
     metric_after_per_set: dict[str, float] = dataclasses.field(default_factory=dict)
     window: tuple[int, int] | None = None
+    metric_name: str = ""
+    reference_sets: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["kept"], d["steps"] = list(self.kept), list(self.steps)
         d["window"] = None if self.window is None else list(self.window)
+        d["reference_sets"] = list(self.reference_sets)
         return d
 
     def __repr__(self) -> str:
@@ -193,15 +204,19 @@ def precision_fallback(
         raise ConfigError(f"fallback strategy: {strategy!r} must be 'float' or 'int16'")
     if search not in ("bisect", "sqnr"):
         raise ConfigError(f"fallback search: {search!r} must be 'bisect' or 'sqnr'")
+    if max_reference_images is not None and max_reference_images < 1:
+        raise ConfigError(f"fallback max_reference_images: {max_reference_images} must be >= 1 (None: every image)")
     metric = metric or pixel_iou(0.3)
     model_path, model, note = load_intake(intake)
     name = note.preprocessing.input_name
     groups: dict[str, list[np.ndarray]] = {}
+    ref_info = []
     for rset in _reference_sets(reference_set):
         reader = CalibrationSetReader(rset, note.preprocessing)
         if max_reference_images:
-            reader.set_range(0, max_reference_images)
+            reader.set_range(0, min(max_reference_images, len(reader)))
         groups[rset.name] = [x for _, x in reader.iter_batches()]
+        ref_info.append({"name": rset.name, "path": str(rset.root), "set_id": rset.set_id, "images": len(groups[rset.name])})
     batches = [x for g in groups.values() for x in g]
     bounds = np.cumsum([0] + [len(g) for g in groups.values()])
     ref, fp32_ms = _run(model_path, batches, name)
@@ -322,7 +337,8 @@ def precision_fallback(
         result = FallbackResult(kept=chosen, strategy=strategy, search=search, target=target, metric_before=m0,
                                 metric_after=m, met=m >= target, fp32_ms=fp32_ms, int8_ms_before=ms0, int8_ms_after=ms,
                                 steps=tuple(steps), record_fingerprint=rec.fingerprint, metric_before_per_set=per0,
-                                metric_after_per_set=per, window=window)
+                                metric_after_per_set=per, window=window, reference_sets=tuple(ref_info),
+                                metric_name=getattr(metric, "description", getattr(metric, "__name__", "custom")))
         with atomic_output_dir(out) as tmp:
             (tmp / MODEL_FILE).write_bytes((folder / MODEL_FILE).read_bytes())
             rec.save(tmp / RECORD_FILE)
