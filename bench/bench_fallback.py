@@ -116,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--strategy", default="float", choices=["float", "int16"])
     ap.add_argument("--search", default="bisect", choices=["bisect", "sqnr"])
     ap.add_argument("--target", type=float, default=0.96, help="fallback target: pooled pixel IoU vs FP32 on the reference set")
+    ap.add_argument("--prune", type=int, default=8, help="bisect: blocks of the window tried back in 8 bits (0: off)")
     ap.add_argument("--step", type=int, default=4, help="sqnr search: tensors promoted per round")
     ap.add_argument("--max-kept", type=int, default=None, help="promote at most this many nodes (bisect) / tensors (sqnr)")
     ap.add_argument("--thresh", type=float, default=0.3)
@@ -146,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         t1 = time.perf_counter()
         fb = precision_fallback(args.intake, config, calibration_set=calib, reference_set=args.ref_sets, out=args.out_dir / "model",
                                 target=args.target, metric=pixel_iou(args.thresh), strategy=args.strategy, search=args.search,
-                                step=args.step, max_kept=args.max_kept, max_reference_images=args.n_ref)
+                                step=args.step, max_kept=args.max_kept, max_reference_images=args.n_ref, prune=args.prune)
         t2 = time.perf_counter()
         calibration = {"set_id": calib.set_id, "count": calib.count, "composition": calib.generator["composition"]}
         reference = {"sets": [str(p) for p in args.ref_sets], "images_each": args.n_ref or "all"}

@@ -59,7 +59,11 @@ def test_bisect_keeps_a_window_that_meets_the_worst_reference_set(env, tmp_path,
     assert r.metric_before == min(r.metric_before_per_set.values())
     nodes = [n.name for n in onnx.load(str(intake / "model.onnx")).graph.node]
     j, k = r.window
-    assert list(r.kept) == nodes[j:k] and 1 <= k - j <= len(nodes)
+    assert 1 <= len(r.kept) <= k - j <= len(nodes)
+    assert list(r.kept) == [n for n in nodes[j:k] if n in r.kept]  # a subset of the window, in graph order
+    pruned = [st for st in r.steps if "pruned" in st]
+    assert all(st["window"] == [j, k] for st in pruned)
+    assert len(r.kept) == (k - j) - sum(st["pruned"][1] - st["pruned"][0] for st in pruned if st["metric"] >= target)
     # every round that met the target is at least as long as the answer (bisection keeps the shortest it saw)
     assert all(s["window"][1] - s["window"][0] >= k - j for s in r.steps[1:] if s["metric"] >= target)
     assert r.steps[1]["window"] == [0, len(nodes)]  # first round: everything promoted (the upper bound)
@@ -71,6 +75,14 @@ def test_bisect_keeps_a_window_that_meets_the_worst_reference_set(env, tmp_path,
         assert {rec.tensor(t).dtype for t in rec.config["tensor_overrides"] if t in quantized} == {"uint16"}
     saved = json.loads((tmp_path / "fb" / "fallback.json").read_text())
     assert saved["window"] == [j, k] and saved["metric_after_per_set"] == r.metric_after_per_set
+
+
+def test_prune_zero_keeps_the_window_whole(env, tmp_path):
+    root, intake, cset = env
+    r = precision_fallback(intake, StaticQuantConfig(), calibration_set=cset, reference_set=cset, out=tmp_path / "fb",
+                           metric=_rel_err_score, target=0.999, strategy="float", prune=0)
+    nodes = [n.name for n in onnx.load(str(intake / "model.onnx")).graph.node]
+    assert r.met and list(r.kept) == nodes[r.window[0]:r.window[1]] and not any("pruned" in st for st in r.steps)
 
 
 def test_unreachable_target_keeps_the_best_candidate(env, tmp_path):

@@ -25,6 +25,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--search", choices=["bisect", "sqnr"], default="bisect", help="task-metric bisection over the node order (default) or local-SQNR ranking")
     p.add_argument("--step", type=int, default=4, help="sqnr search: activations promoted per round (default 4)")
     p.add_argument("--max-kept", type=int, default=None, metavar="N", help="most nodes (bisect) / activations (sqnr) to promote")
+    p.add_argument("--prune", type=int, default=8, metavar="B", help="bisect: then try handing each of B blocks of the window back to 8 bits (default 8; 0: off)")
     p.add_argument("--max-reference-images", type=int, default=None, metavar="N", help="use the first N images of each reference set")
     p.add_argument("--params", metavar="YAML", help="params file with a 'quantize' section (default: built-in defaults)")
     p.add_argument("--section", default="quantize", help="params section to read (default: quantize)")
@@ -51,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     assert isinstance(config, StaticQuantConfig)
     r = precision_fallback(args.intake, config, calibration_set=args.calibration_set, reference_set=args.reference_set, out=args.out,
                            target=args.target, metric=pixel_iou(args.thresh), strategy=args.strategy, search=args.search,
-                           step=args.step, max_kept=args.max_kept, max_reference_images=args.max_reference_images)
+                           step=args.step, max_kept=args.max_kept, max_reference_images=args.max_reference_images, prune=args.prune)
     if args.json:
         print(json.dumps(r.to_dict(), indent=2, sort_keys=True))
         return 0 if r.met else 1
@@ -62,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     for name, before in r.metric_before_per_set.items():
         w(f"  {name:<24} {before:.4f} -> {r.metric_after_per_set[name]:.4f}\n")
     what = "nodes kept in float" if r.strategy == "float" else "activations in 16 bits"
-    span = f" (nodes {r.window[0]}..{r.window[1] - 1} in graph order)" if r.window else ""
+    span = f" (within nodes {r.window[0]}..{r.window[1] - 1} in graph order)" if r.window else ""
     w(f"{len(r.kept)} {what}{span}: {', '.join(r.kept[:8])}{' ...' if len(r.kept) > 8 else ''}\n")
     w(f"latency per image: FP32 {r.fp32_ms:.1f} ms, INT8 {r.int8_ms_before:.1f} ms -> {r.int8_ms_after:.1f} ms "
       f"({r.fp32_ms / r.int8_ms_after:.2f}x FP32)\n")

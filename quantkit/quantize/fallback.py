@@ -11,11 +11,12 @@ Procedure (calibration runs once; every candidate re-quantizes from the same cal
    * ``"bisect"`` (default): a task-metric search over the nodes in graph (topological) order, after
      Polygraphy's ``debug precision`` bisection (NVIDIA TensorRT tools): first the shortest prefix
      ``nodes[:k]`` whose promotion meets the target (binary search on ``k``, about ``log2(nodes)`` rounds),
-     then the latest start ``j`` such that ``nodes[j:k]`` still meets it (another ``log2(k)``). It assumes
-     that promoting more of the graph does not lower the metric; each round is measured, and the answer is
-     a window that met the target. Quantization error in a convolutional detector mostly starts where the
-     image is large and the first layers' ranges are tight; the PP-OCR demo needs the first 20 of its 328
-     nodes (bench/bench_fallback.py).
+     then the latest start ``j`` such that ``nodes[j:k]`` still meets it (another ``log2(k)``), then ``prune``
+     rounds that each try handing one block of the window back to 8 bits. It assumes
+     that promoting more of the graph does not lower the metric (not exactly true: each round is measured,
+     and the answer is always a measured candidate that met the target, but it may not be the smallest).
+     On the PP-OCR demo the error starts in the first layers, where the image is large
+     (bench/bench_fallback.py; README, Benchmarks).
    * ``"sqnr"``: rank activations by *local* sensitivity (the SQNR, dB, a tensor loses relative to its
      producer's quantized inputs, :func:`compare_layers`) and promote the next ``step`` each round. Cheap
      to rank, but local SQNR does not predict the task metric well (on the demo it picks early ReLUs whose
@@ -77,9 +78,10 @@ class FallbackResult:
     """Outcome of :func:`precision_fallback`. Metrics are the worst over the reference sets (``*_per_set``
     gives each); latencies are mean milliseconds per image over all reference images.
 
-    ``kept``: node names (``strategy="float"``) or activation names (``"int16"``) promoted in the written
-    model; ``steps``: every candidate measured, in order (``kept``: how many units, ``metric``, ``per_set``,
-    ``int8_ms``; bisect rounds also ``window``: ``[j, k]`` into the graph's node order).
+    ``kept``: what is promoted in the written model: node names for ``search="bisect"`` (excluded, or their
+    activations in 16 bits), activation names for ``"sqnr"``; ``steps``: every candidate measured, in order
+    (``kept``: how many units, ``metric``, ``per_set``, ``int8_ms``; bisect rounds also ``window``: ``[j, k]``
+    into the graph's node order, prune rounds ``pruned``: the block tried without promotion).
     """
 
     kept: tuple[str, ...]
@@ -167,6 +169,7 @@ def precision_fallback(
     step: int = 4,
     max_kept: int | None = None,
     max_reference_images: int | None = None,
+    prune: int = 8,
 ) -> FallbackResult:
     """Quantize, then promote the fewest nodes / activations until ``metric >= target`` on every reference set.
 
@@ -183,10 +186,12 @@ def precision_fallback(
         max_kept: most units kept (nodes for bisect, activations for sqnr); default: no limit for bisect, 48
             for sqnr.
         max_reference_images: use the first N images of each reference set.
+        prune: bisect only: after the window is found, split it into this many blocks and return each block
+            to 8 bits when the target still holds without it (one round per block; 0: keep the window whole).
 
     Returns:
         :class:`FallbackResult` (also written to ``out/fallback.json``); ``out`` holds the first candidate that
-        meets ``target`` (bisect: the final window) or, when none does, the one with the highest metric
+        meets ``target`` (bisect: the final window after pruning) or, when none does, the one with the highest metric
         (fewest units on ties).
 
     Raises:
@@ -204,6 +209,8 @@ def precision_fallback(
         raise ConfigError(f"fallback strategy: {strategy!r} must be 'float' or 'int16'")
     if search not in ("bisect", "sqnr"):
         raise ConfigError(f"fallback search: {search!r} must be 'bisect' or 'sqnr'")
+    if prune < 0:
+        raise ConfigError(f"fallback prune: {prune} must be >= 0 (blocks tried; 0 keeps the window whole)")
     if max_reference_images is not None and max_reference_images < 1:
         raise ConfigError(f"fallback max_reference_images: {max_reference_images} must be >= 1 (None: every image)")
     metric = metric or pixel_iou(0.3)
@@ -288,7 +295,7 @@ def precision_fallback(
         if m0 < target and search == "bisect":
             names = [n.name for n in nodes]
             limit = len(names) if max_kept is None else min(max_kept, len(names))
-            rounds = 2 * max(1, int(np.ceil(np.log2(max(limit, 2))))) + 1
+            rounds = 2 * max(1, int(np.ceil(np.log2(max(limit, 2))))) + 1 + prune
             bar = progress(range(rounds), total=rounds, desc="fallback bisect", unit="round")
             it = iter(bar)
 
@@ -315,6 +322,17 @@ def precision_fallback(
                     else:
                         hi = mid
                 chosen, window = tuple(names[lo:k]), (lo, k)
+                # prune: hand whole blocks of the window back to 8 bits while the target still holds
+                kept_now = list(chosen)
+                size = max(1, -(-len(kept_now) // prune)) if prune else 0
+                for b0 in range(lo, k, size) if size else ():
+                    block = set(names[b0:min(b0 + size, k)])
+                    trial = [n for n in kept_now if n not in block]
+                    if trial and len(trial) < len(kept_now):
+                        tick()
+                        if measure(trial, "nodes", {"window": [lo, k], "pruned": [b0, min(b0 + size, k)]}) >= target:
+                            kept_now = trial
+                chosen = tuple(kept_now)
             for _ in it:  # finish the bar
                 pass
         elif m0 < target:
