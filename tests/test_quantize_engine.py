@@ -129,6 +129,15 @@ def test_histogram_method_and_qoperator(env, tmp_path):
     assert any(len(t.scale) > 1 and t.axis == 0 for t in rec.tensors if t.role == "weight")
 
 
+def test_distribution_with_integer_types_warns_and_records_symmetric_ranges(env, tmp_path, caplog):
+    root, intake, cset, params, out = env
+    with caplog.at_level("WARNING", logger="quantkit.quantize.engine"):
+        rec = quantize(intake, StaticQuantConfig(method="distribution"), out=tmp_path / "d", calibration_set=cset)
+    assert "ORT's float 8 calibrator" in caplog.text
+    lo, hi = zip(*rec.calibrated_ranges.values())
+    assert all(a == -b for a, b in zip(lo, hi))  # the symmetric (-max|x|, max|x|) the warning names
+
+
 def _fails(argv, capsys, match):
     rc = main(argv)
     err = capsys.readouterr().err.strip()

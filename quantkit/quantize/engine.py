@@ -152,6 +152,13 @@ def _static(model: Any, model_path: Path, note: ExportNote, config: StaticQuantC
     if record is None:
         if calibration_set is None:
             raise ConfigError("static quantization needs --calibration-set DIR (or use --dynamic)")
+        if config.method == "distribution":
+            # ORT's DistributionCalibrater computes mean/std for float 8 types; integer types get its
+            # histogram edges as the range, i.e. the symmetric (-max|x|, max|x|) (ORT calibrate.py,
+            # compute_distribution): on the demo detector, pixel IoU vs FP32 0.02 (bench/bench_calibration.py).
+            log.warning("method 'distribution' is ORT's float 8 calibrator: with %s activations its range is the symmetric "
+                        "(-max|x|, max|x|), which wastes half of an unsigned grid; prefer minmax, percentile or entropy",
+                        config.activation_type)
         from ..calibset import CalibrationSet, CalibrationSetReader
 
         # Re-hash every image: a set whose image was overwritten after registration must not be calibrated
