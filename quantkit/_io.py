@@ -127,13 +127,14 @@ def read_json(path: str | os.PathLike[str], what: str = "file") -> Any:
 
 
 @contextlib.contextmanager
-def atomic_output_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
+def atomic_output_dir(path: str | os.PathLike[str], *, marker: bool = True) -> Iterator[Path]:
     """Build a folder in a temporary sibling and swap it into ``path`` only if the block succeeds.
 
     Yields the temporary folder to write into. On success an existing ``path`` is replaced whole; on
     any exception the temporary folder is removed and ``path`` is left as it was. The folder gets an
-    empty :data:`OUTPUT_MARKER` file; an existing ``path`` is only replaced when it is empty or carries
-    that marker, so a user's own folder (or a file) is never deleted.
+    empty :data:`OUTPUT_MARKER` file (``marker=False``: none, for a folder that must never be replaced,
+    such as an image set, which the caller refuses to overwrite itself); an existing ``path`` is only
+    replaced when it is empty or carries that marker, so a user's own folder (or a file) is never deleted.
 
     Raises:
         InputFileError: ``path`` is a file, or a non-empty folder quantkit did not write.
@@ -153,7 +154,8 @@ def atomic_output_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
     os.chmod(tmp, 0o777 & ~_UMASK)  # mkdtemp creates 0700; give the usual folder mode
     try:
         yield tmp
-        (tmp / OUTPUT_MARKER).touch()
+        if marker:
+            (tmp / OUTPUT_MARKER).touch()
         if dest.exists():
             old = dest.with_name(f".{dest.name}.old")
             if old.exists():

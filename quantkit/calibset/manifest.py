@@ -458,12 +458,12 @@ def compose_set(
             exists (a set is never rewritten: compose into a new folder).
         CalibrationSetError: a source is not a registered set or its images changed since registration.
     """
+    import re
     import shutil
-    import tempfile
 
     import numpy as np
 
-    import re
+    from .._io import atomic_output_dir
 
     dest = Path(dest)
     if not sources:
@@ -486,9 +486,7 @@ def compose_set(
     names = [cs.name for cs, _ in loaded]
     if len(set(names)) != len(names):
         raise ConfigError(f"compose: source set names must differ (they prefix the copied files); got {', '.join(names)}")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
-    try:
+    with atomic_output_dir(dest, marker=False) as tmp:
         (tmp / IMAGES).mkdir()
         labels: dict[str, Any] = {}
         captured: dict[str, str] = {}
@@ -510,12 +508,5 @@ def compose_set(
                            lighting="+".join(sorted({cs.lighting for cs, _ in loaded})), site=site or "+".join(sites),
                            captured_at=captured, labels=labels or None,
                            generator={"tool": "quantkit calibset compose", "composition": composition})
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp made it 0700; a set folder gets the usual mode
-        os.rename(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     log.info("composed %s from %s: %d images, set_id %s", dest, ", ".join(names), res.set.count, res.set.set_id[:12])
     return CalibrationSet.load(dest)
