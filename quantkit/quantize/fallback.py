@@ -271,9 +271,8 @@ def precision_fallback(
         got, ms0 = _run(work / "base" / MODEL_FILE, batches, name)
         m0, per0 = score(got)
         steps: list[dict[str, Any]] = [{"kept": 0, "metric": m0, "per_set": per0, "int8_ms": ms0}]
-        # candidates measured: kept -> (metric, per_set, ms, config, record, folder)
-        seen: dict[tuple[str, ...], tuple[float, dict[str, float], float, StaticQuantConfig, Any, Path]] = {
-            (): (m0, per0, ms0, config, base, work / "base")}
+        # candidates measured: kept -> (metric, per_set, ms, record, folder); the record holds the config
+        seen: dict[tuple[str, ...], tuple[float, dict[str, float], float, Any, Path]] = {(): (m0, per0, ms0, base, work / "base")}
 
         def measure(kept: list[str], units: str, extra: dict[str, Any]) -> float:
             key = tuple(kept)
@@ -284,7 +283,7 @@ def precision_fallback(
                 rec = _static(model, model_path, note, cfg, None, d, None, base, replay_scales=False)
                 g, ms = _run(d / MODEL_FILE, batches, name)
                 m, per = score(g)
-                seen[key] = (m, per, ms, cfg, rec, d)
+                seen[key] = (m, per, ms, rec, d)
                 steps.append({"kept": len(kept), **extra, "metric": m, "per_set": per, "int8_ms": ms})
                 log.info("fallback: %d %s kept %s -> metric %.4f (%s; %.1f ms)", len(kept), units, extra or "", m,
                          ", ".join(f"{k} {v:.4f}" for k, v in per.items()), ms)
@@ -347,8 +346,7 @@ def precision_fallback(
                     break
         if chosen is None:  # target not met (or met by the base): the highest metric, fewest units on ties
             chosen = max(seen, key=lambda k: (seen[k][0], -len(k)))
-            window = None
-        m, per, ms, _cfg, rec, folder = seen[chosen]
+        m, per, ms, rec, folder = seen[chosen]
         if window is None and search == "bisect" and chosen:
             names_idx = {n.name: i for i, n in enumerate(nodes)}
             window = (names_idx[chosen[0]], names_idx[chosen[-1]] + 1)
