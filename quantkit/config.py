@@ -57,6 +57,11 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if len(args) != len(value):
             raise ConfigError(f"{where}: expected {len(args)} values, got {len(value)}")
         return tuple(_coerce(v, a, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, got {type(value).__name__}")
+        (et,) = get_args(tp) or (Any,)
+        return [_coerce(v, et, f"{where}[{i}]") for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__}")
@@ -90,7 +95,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
 def _plain(value: Any) -> Any:
     if isinstance(value, Config):
         return value.to_dict()
-    if isinstance(value, tuple):
+    if isinstance(value, (tuple, list)):
         return [_plain(v) for v in value]
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
@@ -106,6 +111,8 @@ class Config:
     """
 
     SCHEMA_VERSION: ClassVar[int] = 1
+    VERSIONED: ClassVar[bool] = True
+    """False for value types nested inside a versioned artifact (e.g. one row of a table): no ``schema_version`` key."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -116,7 +123,8 @@ class Config:
     def to_dict(self) -> dict[str, Any]:
         """Plain, JSON/YAML-ready dict; ``from_dict(to_dict())`` gives an equal config."""
         out = {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
-        out["schema_version"] = self.SCHEMA_VERSION
+        if self.VERSIONED:
+            out["schema_version"] = self.SCHEMA_VERSION
         return out
 
     @classmethod
@@ -130,7 +138,7 @@ class Config:
         if not isinstance(data, dict):
             raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__}")
         data = dict(data)
-        version = data.pop("schema_version", cls.SCHEMA_VERSION)
+        version = data.pop("schema_version", cls.SCHEMA_VERSION) if cls.VERSIONED else cls.SCHEMA_VERSION
         if version != cls.SCHEMA_VERSION:
             raise ConfigError(f"{where}.schema_version: {version} is not supported (expected {cls.SCHEMA_VERSION}); migrate the config")
         hints = typing.get_type_hints(cls)

@@ -454,7 +454,7 @@ def clipping_rates(fp32_dir: str | Path, record_dir: str | Path, images: Sequenc
     from .imageio import load_image
     from .quantize.compare import clipping_rates as clipping_table
     from .quantize.engine import load_intake
-    from .quantize.record import CalibrationRecord
+    from .artifacts.record import CalibrationRecord
 
     _, model, note = load_intake(fp32_dir)
     record = CalibrationRecord.load(record_dir)

@@ -37,7 +37,8 @@ from .errors import ConfigError, InputFileError
 from .note import ExportNote
 from .progress import progress
 from .thresholds.adapters import Adapter, Decision, f1, match_count
-from .thresholds.binding import QUANT_MODEL, ThresholdSet, load_record, load_threshold_set
+from .artifacts.thresholds import ThresholdSet
+from .thresholds.binding import QUANT_MODEL
 from .thresholds.operating_point import ThresholdsConfig, truth_in_model_pixels
 
 log = logging.getLogger(__name__)
@@ -159,7 +160,7 @@ def evaluate(site_dir: str | os.PathLike[str], fp32_dir: str | os.PathLike[str],
         qmodel = Path(qdir) / QUANT_MODEL
         if not qmodel.is_file():
             raise InputFileError(f"{qmodel}: quantized model not found; run 'quantkit quantize' first")
-        ts = load_threshold_set(tpath, load_record(qdir), model_path=qmodel)
+        ts = ThresholdSet.load_bound(tpath, qdir, model_path=qmodel)
         if ts.adapter != fp32_adapter.name:
             raise ConfigError(f"{tpath}: adapter {ts.adapter!r} differs from params thresholds.adapter {fp32_adapter.name!r}; re-bind")
         if ts.fp32_values != fp32_adapter.thresholds():
@@ -216,7 +217,7 @@ def evaluate(site_dir: str | os.PathLike[str], fp32_dir: str | os.PathLike[str],
                        **{r: {"values": ts.values, "fp32_values": ts.fp32_values, "fingerprint": ts.fingerprint,
                               "record_fingerprint": ts.binding.record_fingerprint,
                               "calibration_set": ts.binding.calibration_set_name,
-                              "integer_domain": {k: v["decision_value"] for k, v in ts.integer_domain.items()}}
+                              "integer_domain": {k: v.decision_value for k, v in ts.integer_domain.items()}}
                           for r, (_, ts) in roles.items()}},
     }
     with atomic_output_dir(out) as tmp:

@@ -77,7 +77,8 @@ def make_quantized(intake: Path, out: Path, seed: int, images: Path | None = Non
     """``model_int8.onnx`` + ``record.json`` calibrated on seeded random data, or on the set ``images``."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
-    from quantkit.quantize.record import CalibrationRecord, extract_scales
+    from quantkit.artifacts import CalibrationRecord
+    from quantkit.quantize.scales import extract_scales
 
     out.mkdir(parents=True, exist_ok=True)
     q_path = out / "model_int8.onnx"
@@ -98,7 +99,7 @@ def make_quantized(intake: Path, out: Path, seed: int, images: Path | None = Non
 
 
 def make_thresholds(quantized: Path, path: Path, values: dict[str, float] | None = None) -> Path:
-    from quantkit.thresholds.binding import Binding, ThresholdSet
+    from quantkit.artifacts.thresholds import Binding, ThresholdSet
 
     rec = json.loads((quantized / "record.json").read_text())
     cs = rec["calibration_set"]

@@ -304,10 +304,10 @@ def test_member_of_another_size_detail_is_not_cut(bundle: Path, tmp_path: Path) 
 
 
 def test_bad_threshold_set_json_names_the_file_once(tmp_path: Path) -> None:
-    from quantkit.thresholds.binding import ThresholdSet
+    from quantkit.artifacts.thresholds import ThresholdSet
 
     bad = tmp_path / "thc_list.json"
     bad.write_text("[1, 2]")
-    with pytest.raises(ConfigError) as ei:
+    with pytest.raises(InputFileError) as ei:
         ThresholdSet.load(bad)
-    assert str(ei.value).count("thc_list.json") == 1 and "expected a mapping" in str(ei.value)
+    assert str(ei.value).count("thc_list.json") == 1 and "must be a JSON object" in str(ei.value)

@@ -24,7 +24,7 @@ from quantkit.drift import (
 )
 from quantkit.errors import CalibrationSetError, ConfigError, InputFileError
 from quantkit.note import ExportNote, Preprocessing
-from quantkit.quantize.record import CalibrationRecord, TensorScale
+from quantkit.artifacts import CalibrationRecord, TensorScale
 
 
 def _set(root: Path, name: str, n: int, seed: int, *, gain=1.0, noise=1.0, width=64, images=False) -> Path:

@@ -65,7 +65,8 @@ def _quantize(src: Path, sset_dir: Path, out: Path, note: ExportNote) -> None:
                     quant_format=QuantFormat.QDQ, per_channel=False, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
     import onnx
 
-    from quantkit.quantize.record import CalibrationRecord, extract_scales
+    from quantkit.artifacts import CalibrationRecord
+    from quantkit.quantize.scales import extract_scales
 
     tensors = extract_scales(onnx.load(str(out / "model_int8.onnx")), onnx.load(str(src)), calibrator="minmax")
     cs = {"path": str(sset_dir), "set_id": cset.set_id, "name": cset.name, "camera": cset.camera, "lighting": cset.lighting, "count": cset.count}
@@ -110,18 +111,19 @@ def _eval_args(w: Path, out: Path, dep_th: str = "deployed", site: str = "site-n
 
 @pytest.mark.slow
 def test_bind_writes_bound_thresholds_with_integer_domain_and_history(work, capsys):
-    from quantkit.thresholds import ThresholdSet, load_record
+    from quantkit.artifacts import CalibrationRecord
+    from quantkit.thresholds import ThresholdSet
 
     assert _bind(work, "deployed") == 0 and _bind(work, "candidate") == 0
     ts = ThresholdSet.load(work / "th/deployed.json")
-    rec = load_record(work / "q/deployed")
+    rec = CalibrationRecord.load(work / "q/deployed")
     assert ts.binding.record_fingerprint == rec.fingerprint and ts.binding.calibration_set_name == "calib-day"
     assert set(ts.values) == {"thresh", "box_thresh"} and ts.fp32_values == {"thresh": 0.3, "box_thresh": 0.5}
     sig = rec.tensor("sigmoid_0.tmp_0")
     for name, cmp in [("thresh", ">"), ("box_thresh", ">=")]:
         it = ts.integer(name)
         assert (it.tensor, it.dtype, it.comparison) == ("sigmoid_0.tmp_0", "uint8", cmp)
-        assert it.scale == pytest.approx(sig["scale"][0]) and it.zero_point == sig["zero_point"][0]
+        assert it.scale == pytest.approx(sig.scale[0]) and it.zero_point == sig.zero_point[0]
     op = ts.operating_point
     assert op["mode"] == "keep_fp32" and op["reference_set"]["name"] == "ref-day"
     for key in ("pixel_iou_vs_fp32", "agreement_vs_fp32"):
@@ -138,7 +140,7 @@ def test_bind_writes_bound_thresholds_with_integer_domain_and_history(work, caps
 
 @pytest.mark.slow
 def test_history_records_a_recalibration_and_old_set_is_refused(work, capsys):
-    from quantkit.thresholds import load_threshold_set
+    from quantkit.thresholds import ThresholdSet
 
     assert _bind(work, "deployed") == 0
     # "recalibrate" the deployed role: its folder now holds the night calibration
@@ -153,9 +155,9 @@ def test_history_records_a_recalibration_and_old_set_is_refused(work, capsys):
     assert text.startswith(first)  # earlier lines untouched
     last = json.loads(text.splitlines()[-1])
     assert "calibration set changed: calib-day" in last["reason"] and "calib-night" in last["reason"]
-    assert "previous_thresholds" in load_threshold_set(work / "th" / "recal.json").operating_point["thresholds"]
+    assert "previous_thresholds" in ThresholdSet.load(work / "th" / "recal.json").operating_point["thresholds"]
     with pytest.raises(BindingMismatchError, match=r"derived for calibration 'calib-day'.*quantkit bind"):
-        load_threshold_set(work / "th/deployed.json", recal)
+        ThresholdSet.load_bound(work / "th/deployed.json", recal)
 
 
 @pytest.mark.slow

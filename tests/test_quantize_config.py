@@ -7,12 +7,7 @@ import inspect
 import pytest
 
 from quantkit.errors import ConfigError, UnsupportedOptionError
-from quantkit.quantize import (
-    DynamicQuantConfig,
-    StaticQuantConfig,
-    TensorOverride,
-    adapter,
-)
+from quantkit.quantize import DynamicQuantConfig, StaticQuantConfig, TensorOverride, adapter
 
 
 def test_static_defaults_equal_ort_quantize_static_defaults():

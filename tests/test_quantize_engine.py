@@ -13,14 +13,8 @@ from test_quantize_fixtures import make_intake, make_set, make_tiny_intake
 
 from quantkit.cli.main import main
 from quantkit.errors import ModelError, UnsupportedOptionError
-from quantkit.quantize import (
-    CalibrationRecord,
-    DynamicQuantConfig,
-    StaticQuantConfig,
-    quantize,
-    replay,
-    scale_diff,
-)
+from quantkit.artifacts import CalibrationRecord, scale_diff
+from quantkit.quantize import DynamicQuantConfig, StaticQuantConfig, quantize, replay
 
 SIZE = 64
 
@@ -49,7 +43,7 @@ def test_cli_static_writes_model_and_complete_record(env):
     assert set(raw["versions"]) == {"onnx", "onnxruntime", "numpy", "quantkit"}
     manifest = json.loads((cset / "manifest.json").read_text())
     cs = rec.calibration_set
-    assert (cs["set_id"], cs["name"], cs["camera"], cs["lighting"], cs["count"]) == (manifest["set_id"], manifest["name"], "cam1", "day", 6)
+    assert (cs.set_id, cs.name, cs.camera, cs.lighting, cs.count) == (manifest["set_id"], manifest["name"], "cam1", "day", 6)
     assert rec.config["per_channel"] is True and rec.config["method"] == "minmax" and rec.opset_before == rec.opset_after == 13
     from quantkit._io import sha256_file
 

@@ -10,7 +10,8 @@ import pytest
 from test_quantize_fixtures import make_set, make_tiny_intake
 
 from quantkit.errors import ConfigError
-from quantkit.quantize import CalibrationRecord, StaticQuantConfig
+from quantkit.artifacts import CalibrationRecord
+from quantkit.quantize import StaticQuantConfig
 from quantkit.quantize.fallback import pixel_iou, precision_fallback
 
 

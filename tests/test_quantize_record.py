@@ -11,13 +11,8 @@ from quantkit.calibset import CalibrationSet, CalibrationSetReader
 from quantkit.cli.main import main
 from quantkit.errors import InputFileError
 from quantkit.note import ExportNote
-from quantkit.quantize import (
-    CalibrationRecord,
-    StaticQuantConfig,
-    export_aimet,
-    import_aimet,
-    quantize,
-)
+from quantkit.artifacts import CalibrationRecord
+from quantkit.quantize import StaticQuantConfig, export_aimet, import_aimet, quantize
 from quantkit.quantize.compare import (
     clipping_rates,
     compare_layers,

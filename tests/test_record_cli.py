@@ -8,7 +8,8 @@ import pytest
 from test_quantize_fixtures import make_set, make_tiny_intake
 
 from quantkit.cli.main import main
-from quantkit.quantize import CalibrationRecord, StaticQuantConfig, quantize
+from quantkit.artifacts import CalibrationRecord
+from quantkit.quantize import StaticQuantConfig, quantize
 
 
 @pytest.fixture(scope="module")

@@ -10,16 +10,20 @@ import pytest
 
 from quantkit.errors import BindingMismatchError, InputFileError
 from quantkit.note import Transform
-from quantkit.thresholds import (Binding, BoxDetectorAdapter, ClassifierAdapter, ModelPass, OperatingPointConfig, RecordView,
+from quantkit.artifacts import CalibrationRecord, SetRef
+from quantkit.thresholds import (Binding, BoxDetectorAdapter, ClassifierAdapter, ModelPass, OperatingPointConfig,
                                  ThresholdSet, append_history, derive_operating_point, integer_threshold, read_history)
 
+RECORD_PATH = Path("work/quantize/deployed/record.json")
 
-def _record(fp: str = "a" * 64, name: str = "cam1-day", set_id: str = "s" * 64) -> RecordView:
-    return RecordView(Path("work/quantize/deployed/record.json"), fp, "m" * 64, "", {"name": name, "set_id": set_id}, {})
+
+def _record(fp: str = "a" * 64, name: str = "cam1-day", set_id: str = "s" * 64) -> CalibrationRecord:
+    return CalibrationRecord(fingerprint=fp, model_digest="m" * 64, quantized_model_digest="", calibration_set=SetRef(name=name, set_id=set_id),
+                             config={}, config_hash="", opset_before=13, opset_after=13, versions={}, tensors=())
 
 
 def _ts(**kw) -> ThresholdSet:
-    it = integer_threshold(0.3, tensor="sigmoid_0.tmp_0", scale=1 / 255, zero_point=0, dtype="u8").to_dict()
+    it = integer_threshold(0.3, tensor="sigmoid_0.tmp_0", scale=1 / 255, zero_point=0, dtype="u8")
     base = dict(adapter="db_text", options={"unclip_ratio": 1.6}, values={"thresh": 0.3, "box_thresh": 0.5},
                 fp32_values={"thresh": 0.3, "box_thresh": 0.5}, integer_domain={"thresh": it},
                 binding=Binding(model_digest="m" * 64, record_fingerprint="a" * 64, calibration_set_id="s" * 64, calibration_set_name="cam1-day"),
@@ -42,9 +46,9 @@ def test_round_trip_is_byte_identical_and_tampering_is_detected(tmp_path):
 
 def test_check_binding_names_the_calibration_and_the_fix():
     ts = _ts()
-    ts.check_binding(_record())
+    ts.check_binding(_record(), record_path=RECORD_PATH)
     with pytest.raises(BindingMismatchError) as e:
-        ts.check_binding(_record(fp="b" * 64, name="cam1-night", set_id="n" * 64))
+        ts.check_binding(_record(fp="b" * 64, name="cam1-night", set_id="n" * 64), record_path=RECORD_PATH)
     msg = str(e.value)
     assert "\n" not in msg and "calibration 'cam1-day'" in msg and "record aaaaaaaaaaaa" in msg
     assert "cam1-night" in msg and "quantkit bind work/quantize/deployed" in msg

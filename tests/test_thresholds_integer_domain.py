@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from quantkit.errors import ConfigError
-from quantkit.thresholds.integer_domain import DTYPE_RANGES, dequantize_linear, integer_threshold, quantize_linear
+from quantkit.dtypes import int_type
+from quantkit.thresholds.integer_domain import dequantize_linear, integer_threshold, quantize_linear
 
 CASES = [  # (dtype, scale, zero_point): asymmetric and symmetric for each type
     ("uint8", 1 / 255, 0), ("uint8", 0.0123, 37), ("uint8", 1 / 127.5, 128),
@@ -19,7 +20,7 @@ CASES = [  # (dtype, scale, zero_point): asymmetric and symmetric for each type
 @pytest.mark.parametrize("dtype,scale,zp", CASES)
 @pytest.mark.parametrize("cmp", [">", ">="])
 def test_decision_code_matches_dequantized_comparison_for_every_code(dtype, scale, zp, cmp):
-    lo, hi = DTYPE_RANGES[dtype]
+    lo, hi = int_type(dtype).qmin, int_type(dtype).qmax
     codes = np.arange(lo, hi + 1)
     deq = dequantize_linear(codes, scale, zp)
     for t in [0.0, 0.1, 0.3, 0.5, 0.7, 0.999, float(deq[len(deq) // 3]), float(deq[len(deq) // 2])]:

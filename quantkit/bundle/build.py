@@ -204,11 +204,11 @@ def owner_checks(record_path: Path, thresholds_path: Path, model_path: Path) -> 
         BindingMismatchError: the thresholds were derived for another calibration or model.
     """
     used = []
-    record_cls = _optional("quantkit.quantize.record", "CalibrationRecord")
+    record_cls = _optional("quantkit.artifacts.record", "CalibrationRecord")
     if record_cls is not None:
         record_cls.load(record_path)
         used.append("CalibrationRecord.load")
-    ts_cls = _optional("quantkit.thresholds.binding", "ThresholdSet")
+    ts_cls = _optional("quantkit.artifacts.thresholds", "ThresholdSet")
     if ts_cls is not None:
         ts_cls.load(thresholds_path).check_binding(record_path, model_path=model_path, source=str(thresholds_path))
         used.append("ThresholdSet.check_binding")

@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..calibset import CalibrationSet, CalibrationSetReader
     from ..errors import ConfigError
-    from ..quantize import CalibrationRecord
+    from ..artifacts import CalibrationRecord
     from ..quantize.compare import compare_layers, compare_outputs
     from ..quantize.engine import MODEL_FILE, load_intake
 

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
                    checkpoint=args.checkpoint)
     summary = {"out": args.out, "mode": rec.mode, "fingerprint": rec.fingerprint, "tensors": len(rec.tensors),
                "quantized_model_digest": rec.quantized_model_digest, "opset_before": rec.opset_before, "opset_after": rec.opset_after,
-               "calibration_set": rec.calibration_set, "calibration": rec.calibration}
+               "calibration_set": rec.calibration_set.to_dict() if rec.calibration_set else None, "calibration": rec.calibration}
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
         return 0
@@ -65,8 +65,8 @@ def run(args: argparse.Namespace) -> int:
     if rec.calibration_set:
         cs = rec.calibration_set
         used = (rec.calibration or {}).get("images")
-        images = f"{used} of {cs['count']} images" if isinstance(used, int) and used != cs["count"] else f"{cs['count']} images"
-        w(f"calibration set: {cs['name']} ({cs['camera']}/{cs['lighting']}, {images}, id {cs['set_id'][:12]})\n")
+        images = f"{used} of {cs.count} images" if isinstance(used, int) and used != cs.count else f"{cs.count} images"
+        w(f"calibration set: {cs.name} ({cs.camera}/{cs.lighting}, {images}, id {cs.set_id[:12]})\n")
     w(f"fingerprint: {rec.fingerprint}\n")
     for (label, dtype), n in role_counts(rec).items():
         w(f"  {label:<10} {dtype:<6} {n:>5} tensors\n")

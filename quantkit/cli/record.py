@@ -57,7 +57,7 @@ def _new_file(path: str, flag: str) -> None:
 
 
 def _load(path: str) -> Any:
-    from ..quantize import CalibrationRecord
+    from ..artifacts import CalibrationRecord
 
     return CalibrationRecord.load(path)
 
@@ -72,21 +72,20 @@ def _show(args: argparse.Namespace) -> int:
         atomic_write_text(args.csv, table.to_csv(index=False))
     if args.json:
         print(json.dumps({"fingerprint": rec.fingerprint, "mode": rec.mode, "model_digest": rec.model_digest,
-                          "quantized_model_digest": rec.quantized_model_digest, "calibration_set": rec.calibration_set,
+                          "quantized_model_digest": rec.quantized_model_digest, "calibration_set": rec.calibration_set.to_dict() if rec.calibration_set else None,
                           "versions": rec.versions, "tensors": json.loads(table.to_json(orient="records"))},
                          indent=2, sort_keys=True))
         return 0
     w = sys.stdout.write
-    cs = rec.calibration_set or {}
     w(f"record {rec.fingerprint[:16]} ({rec.mode}); model {rec.model_digest[:12]} -> {rec.quantized_model_digest[:12]}; "
-      f"calibration set {cs.get('name', '-')} {str(cs.get('set_id', ''))[:12]}\n")
+      f"calibration set {rec.set_name} {(rec.set_id or '')[:12]}\n")
     w(table.to_string(index=False, max_rows=60) + "\n")
     return 0
 
 
 def _diff(args: argparse.Namespace) -> int:
     from ..errors import ConfigError
-    from ..quantize import scale_diff
+    from ..artifacts import scale_diff
 
     if args.top < 1:
         raise ConfigError(f"--top {args.top}: give at least 1 row")

@@ -1,43 +1,27 @@
 """Quantization engine: typed configs, bounded-memory calibration, the scales record, comparisons.
 
 One verb, :func:`quantize` (the config's type picks static or dynamic). See ``docs/ARCHITECTURE.md``.
+Everything is imported lazily: reading a record (:mod:`quantkit.artifacts`) never loads ONNX Runtime's
+quantization tools.
 """
 
-from .config import DynamicQuantConfig, StaticQuantConfig, TensorOverride
-from .engine import MODEL_FILE, RECORD_FILE, quantize, replay
-from .record import CalibrationRecord, TensorScale, scale_diff
+from __future__ import annotations
 
-__all__ = [
-    "MODEL_FILE",
-    "RECORD_FILE",
-    "CalibrationRecord",
-    "DynamicQuantConfig",
-    "StaticQuantConfig",
-    "TensorOverride",
-    "TensorScale",
-    "clipping_rates",
-    "compare_layers",
-    "export_aimet",
-    "import_aimet",
-    "plot_layer_errors",
-    "precision_fallback",
-    "quantize",
-    "replay",
-    "scale_diff",
-]
+import importlib
+from typing import Any
+
+_WHERE = {
+    "DynamicQuantConfig": "config", "StaticQuantConfig": "config", "TensorOverride": "config",
+    "MODEL_FILE": "engine", "RECORD_FILE": "engine", "quantize": "engine", "replay": "engine",
+    "clipping_rates": "compare", "compare_layers": "compare", "plot_layer_errors": "compare",
+    "precision_fallback": "fallback", "FallbackResult": "fallback",
+    "export_aimet": "aimet", "import_aimet": "aimet",
+}
+
+__all__ = sorted(_WHERE)
 
 
-def __getattr__(name: str):  # lazy: comparison and AIMET pull in onnxruntime sessions / pandas
-    if name in ("clipping_rates", "compare_layers", "LayerError", "plot_layer_errors"):
-        from . import compare
-
-        return getattr(compare, name)
-    if name in ("precision_fallback", "FallbackResult"):
-        from . import fallback
-
-        return getattr(fallback, name)
-    if name in ("export_aimet", "import_aimet"):
-        from . import aimet
-
-        return getattr(aimet, name)
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
     raise AttributeError(name)

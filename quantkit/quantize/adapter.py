@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from ..dtypes import INT_TYPES
 from ..errors import UnsupportedOptionError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -24,8 +25,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from .config import DynamicQuantConfig, StaticQuantConfig, TensorOverride
 
-#: ORT QuantType member per quantkit type name.
-QUANT_TYPES = {"uint8": "QUInt8", "int8": "QInt8", "uint16": "QUInt16", "int16": "QInt16", "uint4": "QUInt4", "int4": "QInt4"}
 #: ORT CalibrationMethod member per quantkit method name.
 METHODS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile", "distribution": "Distribution"}
 #: First opset whose QuantizeLinear/DequantizeLinear take ``axis`` (per-channel QDQ), ONNX operator docs.
@@ -38,7 +37,7 @@ def quant_type(name: str) -> Any:
     """ORT ``QuantType`` for a quantkit type name (``"int8"`` -> ``QuantType.QInt8``)."""
     from onnxruntime.quantization import QuantType
 
-    return getattr(QuantType, QUANT_TYPES[name])
+    return getattr(QuantType, str(INT_TYPES[name].ort_name))
 
 
 def check_static(c: StaticQuantConfig) -> None:
@@ -170,9 +169,7 @@ def override_dict(ov: TensorOverride) -> dict[str, Any]:
 
 
 def _np_int(qtype: str | None) -> Any:
-    import numpy as np
-
-    return {"uint8": np.uint8, "int8": np.int8, "uint16": np.uint16, "int16": np.int16, "uint4": np.uint8, "int4": np.int8, None: np.int32}[qtype]
+    return INT_TYPES[qtype or "int32"].numpy
 
 
 def calibrator_options(c: StaticQuantConfig) -> dict[str, Any]:

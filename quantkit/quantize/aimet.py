@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from .._io import atomic_write_json, read_json
+from ..dtypes import INT_TYPES, QUANT_TYPE_NAMES
 from ..errors import InputFileError
-from .record import CalibrationRecord, TensorScale
+from ..artifacts.record import CalibrationRecord, TensorScale
 
 VERSION = "1.0.0"
-_BITS = {"uint8": 8, "int8": 8, "uint16": 16, "int16": 16, "uint4": 4, "int4": 4}
+_BITS = {name: INT_TYPES[name].bits for name in QUANT_TYPE_NAMES}
 
 
 def _offset(t: TensorScale) -> list[int]:

@@ -31,7 +31,7 @@ import numpy as np
 from ..errors import InputFileError, ModelError
 from ..progress import progress
 from ..runner import OrtRunner, with_outputs
-from .record import CalibrationRecord, TensorScale
+from ..artifacts.record import CalibrationRecord, TensorScale
 
 log = logging.getLogger(__name__)
 

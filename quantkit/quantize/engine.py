@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from .._io import atomic_output_dir, fingerprint, sha256_bytes, sha256_file
+from ..dtypes import INT_TYPES
 from ..errors import ConfigError, ModelError, QuantkitError, UnsupportedOptionError
 from ..intake.model import opset_of
 from ..note import ExportNote
@@ -34,7 +35,8 @@ from ..versions import tool_versions
 from . import adapter
 from .calibrate import CalibrationRun, collect_ranges, quiet_ort
 from .config import DynamicQuantConfig, StaticQuantConfig
-from .record import CalibrationRecord, TensorScale, extract_scales
+from ..artifacts.record import CalibrationRecord, SetRef, TensorScale
+from .scales import extract_scales
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +149,7 @@ def _static(model: Any, model_path: Path, note: ExportNote, config: StaticQuantC
     model_digest = sha256_file(model_path)
     adapter.check_opset(config, opset_of(model), str(model_path))
     op_types, excluded = adapter.resolve_exclusions(config, model, config.format)
-    cs_info: dict[str, Any] | None = None
+    cs_info: SetRef | None = None
     set_id = None
     if record is None:
         if calibration_set is None:
@@ -169,11 +171,11 @@ def _static(model: Any, model_path: Path, note: ExportNote, config: StaticQuantC
             cset = calibration_set
             cset.verify()
         set_id = cset.set_id
-        cs_info = {"path": str(cset.root), "set_id": cset.set_id, "name": cset.name, "camera": cset.camera,
-                   "lighting": cset.lighting, "count": cset.count}
+        cs_info = SetRef(path=str(cset.root), set_id=cset.set_id, name=cset.name, camera=cset.camera,
+                        lighting=cset.lighting, count=cset.count)
     else:
         cs_info = record.calibration_set
-        set_id = (cs_info or {}).get("set_id")
+        set_id = record.set_id
     prepared = type(model)()
     prepared.CopyFrom(model)
     moved = constants_to_initializers(prepared)
@@ -212,13 +214,13 @@ def _static(model: Any, model_path: Path, note: ExportNote, config: StaticQuantC
         q, data = _finish(raw, note, out / MODEL_FILE)
     tensors = extract_scales(q, prepared, ranges=ranges, calibrator=config.method)
     rec = _record(tensors, model_digest, sha256_bytes(data), cs_info, config, opset_of(model), opset_of(q), "static", calib)
-    full = {k: [float(np.min(ranges[k].range_value[0])), float(np.max(ranges[k].range_value[1]))] for k in sorted(ranges.data)}
+    full = {k: (float(np.min(ranges[k].range_value[0])), float(np.max(ranges[k].range_value[1]))) for k in sorted(ranges.data)}
     return dataclasses.replace(rec, calibrated_ranges=full)
 
 
-def _record(tensors: tuple[TensorScale, ...], model_digest: str, qdigest: str, cs_info: dict[str, Any] | None, config: Any,
+def _record(tensors: tuple[TensorScale, ...], model_digest: str, qdigest: str, cs_info: SetRef | None, config: Any,
             opset_before: int, opset_after: int, mode: str, calib: dict[str, Any]) -> CalibrationRecord:
-    set_id = (cs_info or {}).get("set_id")
+    set_id = cs_info.set_id if cs_info else None
     chash = config.config_hash()
     return CalibrationRecord(
         fingerprint=CalibrationRecord.compute_fingerprint(tensors, model_digest, set_id, chash), model_digest=model_digest,
@@ -301,16 +303,14 @@ def quantize(
 
 def replay_overrides(record: CalibrationRecord) -> dict[str, list[dict[str, Any]]]:
     """ORT ``TensorQuantOverrides`` fixing every activation's scale and zero point to the record's."""
-    from .record import QRANGE
-
     out: dict[str, list[dict[str, Any]]] = {}
     for t in record.tensors:
         if t.role != "activation" or len(t.scale) != 1:
             continue
-        zdt = {"uint8": np.uint8, "int8": np.int8, "uint16": np.uint16, "int16": np.int16}.get(t.dtype)
-        if zdt is None or t.dtype not in QRANGE:
+        it = INT_TYPES.get(t.dtype)
+        if it is None or it.bits not in (8, 16):
             continue
-        out[t.name] = [{"scale": np.array(t.scale[0], np.float32), "zero_point": np.array(t.zero_point[0], zdt),
+        out[t.name] = [{"scale": np.array(t.scale[0], np.float32), "zero_point": np.array(t.zero_point[0], it.numpy),
                         "quant_type": adapter.quant_type(t.dtype)}]
     return out
 

@@ -374,7 +374,7 @@ def threshold_table(deployed: dict[str, Any], candidate: dict[str, Any] | None) 
 
 
 def scale_moves(deployed: dict[str, Any], candidate: dict[str, Any], top: int) -> list[dict[str, Any]]:
-    """Tensors whose scales moved most between two ``record.json`` dicts, via :func:`quantkit.quantize.record.scale_diff`.
+    """Tensors whose scales moved most between two ``record.json`` dicts, via :func:`quantkit.artifacts.record.scale_diff`.
 
     Ranked by ``rel_change = max over channels |s_cand - s_dep| / s_dep``; tensors in only one record
     are left out. Rows ``{tensor, role, deployed_scale, candidate_scale, ratio, log2_ratio, rel_change}``
@@ -382,7 +382,7 @@ def scale_moves(deployed: dict[str, Any], candidate: dict[str, Any], top: int) -
     """
     from types import SimpleNamespace
 
-    from ..quantize.record import TensorScale, scale_diff
+    from ..artifacts.record import TensorScale, scale_diff
 
     def tensors(rec: dict[str, Any]) -> Any:
         return SimpleNamespace(tensors=tuple(TensorScale.from_dict(t) for t in rec.get("tensors", []) if isinstance(t, dict) and t.get("scale")))
@@ -627,7 +627,7 @@ def build_report(inputs: ReportInputs, config: ReportConfig | None = None) -> Sh
 def _record(folder: Path) -> dict[str, Any]:
     """``record.json`` of a quantized folder as a dict, checked by :meth:`CalibrationRecord.load`
     (schema version, fields, fingerprint over the tensors table)."""
-    from ..quantize.record import CalibrationRecord
+    from ..artifacts.record import CalibrationRecord
 
     return CalibrationRecord.load(folder).to_dict()
 
@@ -640,10 +640,11 @@ def _thresholds(path: Path, quantized: Path) -> dict[str, Any]:
         BindingMismatchError: the set was derived for another record or model.
         InputFileError / ConfigError: the file is missing, malformed or edited by hand.
     """
-    from ..thresholds.binding import QUANT_MODEL, load_threshold_set
+    from ..artifacts.thresholds import ThresholdSet
+    from ..thresholds.binding import QUANT_MODEL
 
     model = quantized / QUANT_MODEL if quantized.is_dir() else None
-    ts = load_threshold_set(path, quantized, model_path=model if model is not None and model.is_file() else None)
+    ts = ThresholdSet.load_bound(path, quantized, model_path=model if model is not None and model.is_file() else None)
     return ts.to_dict()
 
 

@@ -39,7 +39,7 @@ def write_inputs(
     """
     from PIL import Image
 
-    from ..quantize.record import CalibrationRecord, TensorScale
+    from ..artifacts.record import CalibrationRecord, TensorScale
     from ..thresholds.binding import ThresholdSet
 
     root = Path(root)

@@ -1,10 +1,6 @@
-"""Threshold sets bound to a calibration record, and their append-only history.
+"""Binding thresholds to a quantized model: integer-domain values from its graph, and the append-only history.
 
-A :class:`ThresholdSet` exists only together with the calibration record it was derived for: its
-``binding`` holds the FP32 model digest, the record fingerprint and the calibration-set id, and
-:meth:`ThresholdSet.check_binding` refuses any other record with :class:`BindingMismatchError`.
-
-The integer-domain values come from the quantized model itself: the QuantizeLinear feeding the
+The threshold set itself is :class:`quantkit.artifacts.ThresholdSet`. The integer-domain values come from the quantized model itself: the QuantizeLinear feeding the
 adapter's graph output (``... -> QuantizeLinear -> DequantizeLinear -> output``); the record's entry
 for that tensor, when present, must agree with the model.
 """
@@ -20,61 +16,16 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .._io import atomic_write_bytes, atomic_write_json, canonical_json, fingerprint, read_json, sha256_file
-from ..config import Config
-from ..errors import BindingMismatchError, ConfigError, InputFileError, ModelError
-from .adapters import Adapter, make_adapter
-from .integer_domain import IntegerThreshold, integer_threshold
+from .._io import atomic_write_bytes
+from ..artifacts.record import CalibrationRecord
+from ..artifacts.thresholds import IntegerThreshold, ThresholdSet
+from ..errors import BindingMismatchError, InputFileError, ModelError
+from .adapters import Adapter
+from .integer_domain import integer_threshold
 
 log = logging.getLogger(__name__)
 
-RECORD = "record.json"
 QUANT_MODEL = "model_int8.onnx"
-
-
-# -- calibration record access (thin; swaps to quantkit.quantize.record when it exists) ---------------
-
-
-@dataclasses.dataclass(frozen=True, repr=False)
-class RecordView:
-    """The fields of a CalibrationRecord that binding needs. ``tensors``: name -> dict(dtype, scale, zero_point)."""
-
-    path: Path
-    fingerprint: str
-    model_digest: str
-    quantized_model_digest: str
-    calibration_set: dict[str, Any]
-    tensors: dict[str, dict[str, Any]]
-
-    @property
-    def set_name(self) -> str:
-        return str(self.calibration_set.get("name", "?"))
-
-    @property
-    def set_id(self) -> str:
-        return str(self.calibration_set.get("set_id", ""))
-
-    def tensor(self, name: str) -> dict[str, Any] | None:
-        return self.tensors.get(name)
-
-    def __repr__(self) -> str:
-        return f"RecordView({self.path}, fingerprint={self.fingerprint[:12]}, set={self.set_name})"
-
-
-def load_record(path: str | os.PathLike[str]) -> RecordView:
-    """Read a calibration record (``record.json`` or the quantized folder holding it) into a :class:`RecordView`.
-
-    Raises:
-        InputFileError: the record is missing, not JSON, or malformed (from ``CalibrationRecord.load``).
-    """
-    from ..quantize.record import CalibrationRecord
-
-    p = Path(path)
-    if p.is_dir():
-        p = p / RECORD
-    rec = CalibrationRecord.load(p)
-    tensors = {t.name: t.to_dict() for t in rec.tensors}
-    return RecordView(p, rec.fingerprint, rec.model_digest, rec.quantized_model_digest, dict(rec.calibration_set or {}), tensors)
 
 
 # -- integer domain from the quantized graph ---------------------------------------------------------
@@ -121,7 +72,7 @@ def output_qdq(model_path: str | os.PathLike[str], output: str = "") -> dict[str
 
 
 def integer_domain_for(adapter: Adapter, values: Mapping[str, float], model_path: str | os.PathLike[str],
-                       record: RecordView | None = None) -> dict[str, IntegerThreshold]:
+                       record: CalibrationRecord | None = None, record_path: str = "record") -> dict[str, IntegerThreshold]:
     """Integer-domain form of each threshold that applies to the adapter's (QDQ-quantized) output.
 
     Raises:
@@ -133,146 +84,21 @@ def integer_domain_for(adapter: Adapter, values: Mapping[str, float], model_path
         return {}
     tensor = qdq["output"]
     if record is not None:
-        entry = record.tensor(qdq["output"]) or record.tensor(qdq["quantized_input"])
+        entry = record.find(qdq["output"]) or record.find(qdq["quantized_input"])
         if entry is not None:
-            sc = float(np.float32(np.ravel(entry["scale"])[0]))
-            zp = int(np.ravel(entry["zero_point"])[0])
+            sc = float(np.float32(entry.scale[0]))
+            zp = int(entry.zero_point[0])
             if sc != float(np.float32(qdq["scale"])) or zp != qdq["zero_point"]:
                 raise BindingMismatchError(
-                    f"{record.path}: tensor {entry['name'] if 'name' in entry else tensor!r} has scale {sc:g}/zero point {zp} "
+                    f"{record_path}: tensor {entry.name!r} has scale {sc:g}/zero point {zp} "
                     f"but {model_path} uses {qdq['scale']:g}/{qdq['zero_point']}; the record is not this model's, re-run 'quantkit quantize'")
-            tensor = str(entry.get("name", tensor))
+            tensor = entry.name
     out = {}
     for spec in adapter.THRESHOLDS:
         if spec.on_output and spec.name in values:
             out[spec.name] = integer_threshold(values[spec.name], tensor=tensor, scale=qdq["scale"], zero_point=qdq["zero_point"],
                                                dtype=qdq["dtype"], comparison=spec.comparison, reduction=spec.reduction)  # type: ignore[arg-type]
     return out
-
-
-# -- the threshold set ---------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Binding(Config):
-    """What a threshold set is bound to: FP32 model digest, record fingerprint, calibration set id/name,
-    and the digest of the quantized model file."""
-
-    model_digest: str = ""
-    record_fingerprint: str = ""
-    calibration_set_id: str = ""
-    calibration_set_name: str = ""
-    quantized_model_digest: str = ""
-
-
-@dataclasses.dataclass(frozen=True, repr=False)
-class ThresholdSet(Config):
-    """Thresholds for one quantized model, bound to its calibration record (docs/ARCHITECTURE.md).
-
-    ``values``: deployed float thresholds for this model; ``fp32_values``: those of the FP32 model;
-    ``options``: the adapter's other settings; ``integer_domain``: name -> :class:`IntegerThreshold`
-    dict; ``operating_point``: how ``values`` were chosen and what they achieve (see
-    :mod:`quantkit.thresholds.operating_point`); ``fingerprint``: SHA-256 of everything else.
-    """
-
-    adapter: str = "db_text"
-    options: dict[str, Any] = dataclasses.field(default_factory=dict)
-    values: dict[str, float] = dataclasses.field(default_factory=dict)
-    fp32_values: dict[str, float] = dataclasses.field(default_factory=dict)
-    integer_domain: dict[str, Any] = dataclasses.field(default_factory=dict)
-    binding: Binding = dataclasses.field(default_factory=Binding)
-    operating_point: dict[str, Any] = dataclasses.field(default_factory=dict)
-    fingerprint: str = ""
-
-    def validate(self) -> None:
-        for name, entry in self.integer_domain.items():
-            IntegerThreshold.from_dict(entry)
-            if name not in self.values:
-                raise ConfigError(f"threshold set: integer_domain.{name} has no float value in values")
-
-    def content_fingerprint(self) -> str:
-        d = self.to_dict()
-        d.pop("fingerprint")
-        return fingerprint(d)
-
-    def sealed(self) -> "ThresholdSet":
-        """Copy with ``fingerprint`` set to :meth:`content_fingerprint`."""
-        return dataclasses.replace(self, fingerprint=self.content_fingerprint())
-
-    def make_adapter(self, *, fp32: bool = False) -> Adapter:
-        """The adapter at this set's thresholds (``fp32=True``: at the FP32 thresholds)."""
-        return make_adapter(self.adapter, {**self.options, **(self.fp32_values if fp32 else self.values)})
-
-    def integer(self, name: str) -> IntegerThreshold:
-        return IntegerThreshold.from_dict(self.integer_domain[name])
-
-    def to_json(self) -> str:
-        return canonical_json(self.to_dict())
-
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write canonical JSON atomically (sealing the fingerprint first)."""
-        return atomic_write_json(path, self.sealed().to_dict())
-
-    @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> "ThresholdSet":
-        """Read and verify a threshold set file.
-
-        Raises:
-            InputFileError: missing, not JSON, or its fingerprint does not match its content (edited by hand).
-            ConfigError: a field is unknown or mistyped.
-        """
-        data = read_json(path, "threshold set")
-        try:
-            ts = cls.from_dict(data, where=f"{path}: threshold set")
-        except ConfigError as e:  # name the file once: field errors already start with it, validate() errors do not
-            msg = str(e)
-            raise ConfigError(msg if msg.startswith(f"{path}: ") else f"{path}: {msg}") from None
-        if ts.fingerprint != ts.content_fingerprint():
-            raise InputFileError(f"{path}: fingerprint does not match the content (edited by hand?); re-derive it with 'quantkit bind'")
-        return ts
-
-    def check_binding(self, record: RecordView | str | os.PathLike[str], *, model_path: str | os.PathLike[str] | None = None,
-                      source: str = "threshold set") -> None:
-        """Refuse a record (and optionally a quantized model file) this set was not derived for.
-
-        Raises:
-            BindingMismatchError: record fingerprint, model digest or calibration set differ, or the
-                model file's SHA-256 differs from the bound ``quantized_model_digest``. The message names
-                the calibration the set was derived for and the ``quantkit bind`` command that re-derives it.
-        """
-        rec = record if isinstance(record, RecordView) else load_record(record)
-        b = self.binding
-        folder = rec.path.parent
-        how = (f"re-derive with: quantkit bind {folder} --fp32 work/intake --reference REFERENCE_SET "
-               f"--params params.yaml --out THRESHOLDS.json")
-        ours = f"calibration '{b.calibration_set_name}' (set {b.calibration_set_id[:12]}, record {b.record_fingerprint[:12]})"
-        theirs = f"calibration '{rec.set_name}' (set {rec.set_id[:12]}, record {rec.fingerprint[:12]})"
-        if b.record_fingerprint != rec.fingerprint or b.calibration_set_id != rec.set_id or b.model_digest != rec.model_digest:
-            raise BindingMismatchError(f"{source} was derived for {ours} but {rec.path} is {theirs}; {how}")
-        if model_path is not None and b.quantized_model_digest:
-            digest = sha256_file(model_path)
-            if digest != b.quantized_model_digest:
-                raise BindingMismatchError(f"{source} was derived for {ours} but {model_path} has digest {digest[:12]} "
-                                           f"(expected {b.quantized_model_digest[:12]}); {how}")
-
-    def __repr__(self) -> str:
-        vals = ", ".join(f"{k}={v:g}" for k, v in sorted(self.values.items()))
-        return (f"ThresholdSet({self.adapter}, {vals}, set={self.binding.calibration_set_name!r}, "
-                f"record={self.binding.record_fingerprint[:12]})")
-
-
-def load_threshold_set(path: str | os.PathLike[str], record: RecordView | str | os.PathLike[str] | None = None,
-                       *, model_path: str | os.PathLike[str] | None = None) -> ThresholdSet:
-    """Load a threshold set; with ``record`` (a RecordView, record.json or quantized folder) check its binding.
-
-    Raises:
-        InputFileError, ConfigError: see :meth:`ThresholdSet.load`.
-        BindingMismatchError: see :meth:`ThresholdSet.check_binding`.
-    """
-    ts = ThresholdSet.load(path)
-    if record is not None:
-        ts.check_binding(record, model_path=model_path, source=str(path))
-    return ts
 
 
 # -- append-only history -----------------------------------------------------------------------------
@@ -286,7 +112,7 @@ def history_entry(ts: ThresholdSet, previous: Mapping[str, Any] | None) -> dict[
         "adapter": ts.adapter,
         "values": dict(sorted(ts.values.items())),
         "fp32_values": dict(sorted(ts.fp32_values.items())),
-        "integer_values": {k: v["decision_value"] for k, v in sorted(ts.integer_domain.items())},
+        "integer_values": {k: v.decision_value for k, v in sorted(ts.integer_domain.items())},
         "mode": ts.operating_point.get("mode", ""),
         "record_fingerprint": b.record_fingerprint,
         "calibration_set_id": b.calibration_set_id,

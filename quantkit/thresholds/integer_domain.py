@@ -26,27 +26,14 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ..artifacts.thresholds import IntegerThreshold
+from ..dtypes import int_type
 from ..errors import ConfigError
 
 Comparison = Literal[">", ">="]
 
-#: Integer ranges of the ONNX quantized element types (ONNX TensorProto data types).
-DTYPE_RANGES: dict[str, tuple[int, int]] = {
-    "uint8": (0, 255),
-    "int8": (-128, 127),
-    "uint16": (0, 65535),
-    "int16": (-32768, 32767),
-}
-
-_ALIASES = {"u8": "uint8", "s8": "int8", "u16": "uint16", "s16": "int16", "quint8": "uint8", "qint8": "int8",
-            "quint16": "uint16", "qint16": "int16"}
-
-ROUNDING_RULE = (
-    "value = clamp(round_half_to_even(t / scale) + zero_point, qmin, qmax) (ONNX QuantizeLinear); "
-    "decide with q >= decision_value, the smallest code q whose float32 (q - zero_point) * scale "
-    "passes the comparison (ONNX DequantizeLinear)"
-)
-
+#: Types a threshold can be put into: the 8- and 16-bit types QDQ outputs use (:data:`quantkit.dtypes.INT_TYPES`).
+THRESHOLD_TYPES = ("uint8", "int8", "uint16", "int16")
 
 def normalize_dtype(dtype: str) -> str:
     """Map ``u8/s8/u16/s16``, ORT ``QUInt8``-style and numpy names to ``uint8/int8/uint16/int16``.
@@ -54,11 +41,10 @@ def normalize_dtype(dtype: str) -> str:
     Raises:
         ConfigError: the dtype is not one of the four integer types QDQ uses.
     """
-    key = str(dtype).lower().replace("tensorproto.", "")
-    key = _ALIASES.get(key, key)
-    if key not in DTYPE_RANGES:
-        raise ConfigError(f"quantized dtype {dtype!r} is not supported; use one of {', '.join(DTYPE_RANGES)}")
-    return key
+    t = int_type(dtype)
+    if t.name not in THRESHOLD_TYPES:
+        raise ConfigError(f"quantized dtype {dtype!r} is not supported for thresholds; use one of {', '.join(THRESHOLD_TYPES)}")
+    return t.name
 
 
 def quantize_linear(t: float, scale: float, zero_point: int, dtype: str) -> int:
@@ -66,7 +52,8 @@ def quantize_linear(t: float, scale: float, zero_point: int, dtype: str) -> int:
 
     ``t / scale`` is computed in float32, as ONNX Runtime does. Returns a Python int.
     """
-    qmin, qmax = DTYPE_RANGES[normalize_dtype(dtype)]
+    it = int_type(normalize_dtype(dtype))
+    qmin, qmax = it.qmin, it.qmax
     x = np.float32(t) / np.float32(scale)
     q = int(np.rint(x)) + int(zero_point)  # np.rint rounds half to even
     return min(max(q, qmin), qmax)
@@ -85,7 +72,8 @@ def decision_code(t: float, scale: float, zero_point: int, dtype: str, compariso
     ``floor(t / scale) + zero_point`` and is verified against the float32 dequantized values, so float
     rounding at a level boundary cannot flip a decision.
     """
-    lo, hi = DTYPE_RANGES[normalize_dtype(dtype)]
+    it = int_type(normalize_dtype(dtype))
+    lo, hi = it.qmin, it.qmax
     tf = np.float32(t)
 
     def passes(q: int) -> bool:
@@ -100,50 +88,6 @@ def decision_code(t: float, scale: float, zero_point: int, dtype: str, compariso
     while q <= hi and not passes(q):
         q += 1
     return q
-
-
-@dataclasses.dataclass(frozen=True)
-class IntegerThreshold:
-    """A float threshold expressed in a quantized tensor's integer domain.
-
-    Fields: ``tensor`` (name of the quantized tensor the threshold applies to), ``dtype``
-    (``uint8|int8|uint16|int16``), ``scale`` (float, per-tensor), ``zero_point`` (int), ``float_value``
-    (the float threshold), ``comparison`` (``>`` or ``>=`` on dequantized values), ``reduction``
-    (``none``: compared per element; ``mean``: compared on a region mean), ``value``
-    (QuantizeLinear code), ``decision_value`` (see module docstring), ``mean_code_threshold``
-    (``t / scale + zero_point``), ``rounding`` (the rule, in words).
-    """
-
-    tensor: str
-    dtype: str
-    scale: float
-    zero_point: int
-    float_value: float
-    comparison: str
-    reduction: str
-    value: int
-    decision_value: int
-    mean_code_threshold: float
-    rounding: str = ROUNDING_RULE
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "IntegerThreshold":
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise ConfigError(f"integer_domain entry: unknown key {unknown[0]!r}; valid keys are {', '.join(sorted(names))}")
-        return cls(**data)
-
-    def decide(self, codes: np.ndarray) -> np.ndarray:
-        """Apply the decision to integer codes (element-wise): ``codes >= decision_value`` (bool array)."""
-        return np.asarray(codes) >= self.decision_value
-
-    def __repr__(self) -> str:
-        return (f"IntegerThreshold({self.tensor!r}, x{self.comparison}{self.float_value} <=> q>={self.decision_value} "
-                f"[{self.dtype}, scale={self.scale:.6g}, zp={self.zero_point}])")
 
 
 def integer_threshold(
@@ -171,7 +115,8 @@ def integer_threshold(
         ConfigError: non-positive or non-finite scale, zero point outside the dtype's range, bad comparison.
     """
     dt = normalize_dtype(dtype)
-    qmin, qmax = DTYPE_RANGES[dt]
+    it = int_type(dt)
+    qmin, qmax = it.qmin, it.qmax
     if not (math.isfinite(scale) and scale > 0):
         raise ConfigError(f"tensor {tensor!r}: scale {scale} must be a positive finite number; re-quantize the model")
     if not qmin <= int(zero_point) <= qmax:

@@ -38,7 +38,9 @@ from ..errors import CalibrationSetError, ConfigError, InputFileError
 from ..note import ExportNote, Transform
 from ..progress import progress
 from .adapters import Adapter, Decision, make_adapter, match_count, polygon_iou
-from .binding import QUANT_MODEL, Binding, RecordView, ThresholdSet, append_history, integer_domain_for, load_record
+from ..artifacts.record import CalibrationRecord
+from ..artifacts.thresholds import Binding, ThresholdSet
+from .binding import QUANT_MODEL, append_history, integer_domain_for
 
 log = logging.getLogger(__name__)
 
@@ -442,7 +444,7 @@ def bind(quant_dir: str | os.PathLike[str], fp32_dir: str | os.PathLike[str], re
     for p, what in [(qmodel, "quantized model (run 'quantkit quantize')"), (fmodel, "FP32 model (run 'quantkit intake')")]:
         if not p.is_file():
             raise InputFileError(f"{p}: {what} not found")
-    record: RecordView = load_record(qdir)
+    record = CalibrationRecord.load(qdir)
     note = ExportNote.load(fdir / "export_note.json")
     cset = CalibrationSet.load(reference_dir)
     adapter = config.fp32_adapter()
@@ -455,13 +457,11 @@ def bind(quant_dir: str | os.PathLike[str], fp32_dir: str | os.PathLike[str], re
     negatives_only = all(e.text_boxes is not None and len(e.text_boxes) == 0 for e in cset.entries)
     d = derive_operating_point(adapter, fp, q, config.operating_point, previous_values=prev_vals, negatives_only=negatives_only)
     op = {**d.operating_point, "reference_set": {"name": cset.name, "set_id": cset.set_id, "count": cset.count}}
-    integer = integer_domain_for(adapter, d.values, qmodel, record)
+    integer = integer_domain_for(adapter, d.values, qmodel, record, str(CalibrationRecord.path_in(qdir)))
     ts = ThresholdSet(
         adapter=adapter.name, options=adapter.options(), values=d.values, fp32_values=adapter.thresholds(),
-        integer_domain={k: v.to_dict() for k, v in integer.items()},
-        binding=Binding(model_digest=record.model_digest, record_fingerprint=record.fingerprint,
-                        calibration_set_id=record.set_id, calibration_set_name=record.set_name,
-                        quantized_model_digest=sha256_file(qmodel)),
+        integer_domain=integer,
+        binding=Binding.of(record, sha256_file(qmodel)),
         operating_point=op,
     ).sealed()
     path = ts.save(out)

@@ -1,0 +1,13 @@
+"""On-disk contracts: every artifact a stage writes or reads is one frozen, typed, schema-versioned value.
+
+Each class has ``load`` (validate, migrate, check; errors name the file and field) and ``save``
+(canonical JSON, atomic). Importing this package loads no runtime and no quantization engine.
+``docs/ARCHITECTURE.md`` lists which stage writes and which reads each artifact.
+"""
+
+from __future__ import annotations
+
+from .base import Artifact
+from .record import CalibrationRecord, SetRef, TensorScale, scale_diff
+
+__all__ = ["Artifact", "CalibrationRecord", "SetRef", "TensorScale", "scale_diff"]

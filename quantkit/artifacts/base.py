@@ -1,0 +1,117 @@
+"""The base of every on-disk contract: a frozen, typed, schema-versioned value with ``load`` / ``save``.
+
+An :class:`Artifact` is a :class:`quantkit.config.Config` (strict ``from_dict``, exact ``to_dict``) that
+knows its file: ``FILENAME`` inside a stage's output folder and ``KIND`` (its name in messages).
+``save`` writes canonical JSON (sorted keys, compact; :func:`quantkit._io.canonical_json`) atomically, so
+the same value always gives the same bytes. ``load`` reads, migrates older schema versions
+(:meth:`Artifact.migrate`), validates every field (errors name the file and the field) and runs
+:meth:`Artifact.check` (e.g. a fingerprint over the content).
+
+Sealed artifacts carry a ``fingerprint`` field: SHA-256 over everything else
+(:func:`quantkit._io.fingerprint`), set by :meth:`Artifact.sealed`; a file whose fingerprint does not match
+its content was edited by hand and is refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+from .._io import atomic_write_json, canonical_json, fingerprint, read_json
+from ..config import Config
+from ..errors import ConfigError, InputFileError
+
+A = TypeVar("A", bound="Artifact")
+
+
+@dataclasses.dataclass(frozen=True)
+class Artifact(Config):
+    """An on-disk contract. Subclasses set ``KIND``, ``FILENAME``, ``SCHEMA_VERSION`` and, where it applies,
+    ``PRODUCER`` (the command that writes it, named in "re-run ..." fixes)."""
+
+    KIND: ClassVar[str] = "artifact"
+    FILENAME: ClassVar[str] = ""
+    PRODUCER: ClassVar[str] = ""
+    #: Names of fields left out of the fingerprint besides ``fingerprint`` itself.
+    UNSEALED: ClassVar[tuple[str, ...]] = ()
+
+    # -- migration and checks -----------------------------------------------------------------------
+    @classmethod
+    def migrate(cls, data: dict[str, Any], version: Any, path: Path) -> dict[str, Any]:
+        """Turn ``data`` written with schema ``version`` into the current schema. Default: refuse.
+
+        Raises:
+            InputFileError: the version cannot be read by this quantkit.
+        """
+        raise InputFileError(f"{path}: {cls.KIND} schema_version {version!r} is not supported (this quantkit reads "
+                             f"{cls.SCHEMA_VERSION}){cls._rerun()}")
+
+    def check(self, path: Path) -> None:
+        """Consistency checks after loading (default: the fingerprint of sealed artifacts).
+
+        Raises:
+            InputFileError: the content does not match its fingerprint.
+        """
+        if self.is_sealed() and getattr(self, "fingerprint") != self.content_fingerprint():
+            raise InputFileError(f"{path}: fingerprint does not match the content of this {self.KIND} (edited by hand?){self._rerun()}")
+
+    # -- fingerprint --------------------------------------------------------------------------------
+    @classmethod
+    def is_sealed(cls) -> bool:
+        return "fingerprint" in {f.name for f in dataclasses.fields(cls)}
+
+    def content_fingerprint(self) -> str:
+        """SHA-256 over ``to_dict()`` without ``fingerprint`` (and ``UNSEALED`` fields)."""
+        d = self.to_dict()
+        for k in ("fingerprint", *self.UNSEALED):
+            d.pop(k, None)
+        return fingerprint(d)
+
+    def sealed(self: A) -> A:
+        """Copy with ``fingerprint`` set to :meth:`content_fingerprint`."""
+        return dataclasses.replace(self, fingerprint=self.content_fingerprint())  # type: ignore[call-arg]
+
+    # -- files --------------------------------------------------------------------------------------
+    @classmethod
+    def path_in(cls, path: str | os.PathLike[str]) -> Path:
+        """``path`` itself, or ``path/FILENAME`` when ``path`` is a folder."""
+        p = Path(path)
+        return p / cls.FILENAME if cls.FILENAME and p.is_dir() else p
+
+    @classmethod
+    def load(cls: type[A], path: str | os.PathLike[str]) -> A:
+        """Read, migrate, validate and check an artifact file (or the ``FILENAME`` inside a folder).
+
+        Raises:
+            InputFileError: missing, not JSON, an unsupported schema version, a bad field (the message
+                names the file and the field), or a failed :meth:`check`.
+        """
+        p = cls.path_in(path)
+        data = read_json(p, cls.KIND)
+        if not isinstance(data, dict):
+            raise InputFileError(f"{p}: a {cls.KIND} must be a JSON object{cls._rerun()}")
+        version = data.get("schema_version")
+        if version != cls.SCHEMA_VERSION:
+            data = cls.migrate(dict(data), version, p)
+        try:
+            obj = cls.from_dict(data, where=str(p))
+        except ConfigError as e:
+            msg = str(e)
+            raise InputFileError(msg if msg.startswith(str(p)) else f"{p}: {msg}") from None
+        obj.check(p)
+        return obj
+
+    def to_json(self) -> str:
+        """The canonical JSON text :meth:`save` writes (sealed artifacts: as they are, not re-sealed)."""
+        return canonical_json(self.to_dict())
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write canonical JSON atomically (sealed artifacts are sealed first); returns the path written."""
+        obj = self.sealed() if self.is_sealed() else self
+        return atomic_write_json(self.path_in(path), obj.to_dict())
+
+    @classmethod
+    def _rerun(cls) -> str:
+        return f"; re-run '{cls.PRODUCER}'" if cls.PRODUCER else ""

@@ -1,0 +1,176 @@
+"""The threshold set (``thresholds.json``): a task's thresholds for one quantized model, bound to its record.
+
+A :class:`ThresholdSet` exists only together with the calibration record it was derived for: ``binding``
+holds the FP32 model digest, the record fingerprint, the calibration-set id and the quantized model's
+digest, and :meth:`ThresholdSet.check_binding` refuses anything else with
+:class:`quantkit.errors.BindingMismatchError` (exit 3). ``integer_domain`` holds, per threshold that is
+compared with a quantized tensor, its :class:`IntegerThreshold` (the rule is in
+:mod:`quantkit.thresholds.integer_domain`). Written by ``quantkit bind``; read by evaluate, report,
+bundle and verify.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .._io import sha256_file
+from ..config import Config
+from ..errors import BindingMismatchError, ConfigError
+from .base import Artifact
+from .record import CalibrationRecord
+
+ROUNDING_RULE = (
+    "value = clamp(round_half_to_even(t / scale) + zero_point, qmin, qmax) (ONNX QuantizeLinear); "
+    "decide with q >= decision_value, the smallest code q whose float32 (q - zero_point) * scale "
+    "passes the comparison (ONNX DequantizeLinear)"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class IntegerThreshold(Config):
+    """A float threshold expressed in a quantized tensor's integer domain.
+
+    Fields: ``tensor`` (name of the quantized tensor the threshold applies to), ``dtype``
+    (``uint8|int8|uint16|int16``), ``scale`` (float, per-tensor), ``zero_point`` (int), ``float_value``
+    (the float threshold), ``comparison`` (``>`` or ``>=`` on dequantized values), ``reduction``
+    (``none``: compared per element; ``mean``: compared on a region mean), ``value``
+    (QuantizeLinear code), ``decision_value`` (smallest code whose dequantized value passes),
+    ``mean_code_threshold`` (``t / scale + zero_point``), ``rounding`` (the rule, in words).
+    """
+
+    VERSIONED: ClassVar[bool] = False
+
+    tensor: str
+    dtype: str
+    scale: float
+    zero_point: int
+    float_value: float
+    comparison: str
+    reduction: str
+    value: int
+    decision_value: int
+    mean_code_threshold: float
+    rounding: str = ROUNDING_RULE
+
+    def decide(self, codes: np.ndarray) -> np.ndarray:
+        """Apply the decision to integer codes (element-wise): ``codes >= decision_value`` (bool array)."""
+        return np.asarray(codes) >= self.decision_value
+
+    def __repr__(self) -> str:
+        return (f"IntegerThreshold({self.tensor!r}, x{self.comparison}{self.float_value} <=> q>={self.decision_value} "
+                f"[{self.dtype}, scale={self.scale:.6g}, zp={self.zero_point}])")
+
+
+@dataclasses.dataclass(frozen=True)
+class Binding(Config):
+    """What a threshold set is bound to: FP32 model digest, record fingerprint, calibration set id/name,
+    and the digest of the quantized model file."""
+
+    model_digest: str = ""
+    record_fingerprint: str = ""
+    calibration_set_id: str = ""
+    calibration_set_name: str = ""
+    quantized_model_digest: str = ""
+
+    @classmethod
+    def of(cls, record: CalibrationRecord, quantized_model_digest: str) -> "Binding":
+        """The binding to ``record`` and the quantized model file with digest ``quantized_model_digest``."""
+        return cls(model_digest=record.model_digest, record_fingerprint=record.fingerprint,
+                   calibration_set_id=record.set_id or "", calibration_set_name=record.set_name,
+                   quantized_model_digest=quantized_model_digest)
+
+    def describe(self) -> str:
+        """``calibration 'NAME' (set ID12, record FP12)``."""
+        return f"calibration '{self.calibration_set_name}' (set {self.calibration_set_id[:12]}, record {self.record_fingerprint[:12]})"
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class ThresholdSet(Artifact):
+    """Thresholds for one quantized model, bound to its calibration record (docs/ARCHITECTURE.md).
+
+    ``values``: deployed float thresholds for this model; ``fp32_values``: those of the FP32 model;
+    ``options``: the adapter's other settings; ``integer_domain``: name -> :class:`IntegerThreshold`;
+    ``operating_point``: how ``values`` were chosen and what they achieve (see
+    :mod:`quantkit.thresholds.operating_point`); ``fingerprint``: SHA-256 of everything else.
+    """
+
+    KIND: ClassVar[str] = "threshold set"
+    FILENAME: ClassVar[str] = "thresholds.json"
+    PRODUCER: ClassVar[str] = "quantkit bind"
+
+    adapter: str = "db_text"
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    values: dict[str, float] = dataclasses.field(default_factory=dict)
+    fp32_values: dict[str, float] = dataclasses.field(default_factory=dict)
+    integer_domain: dict[str, IntegerThreshold] = dataclasses.field(default_factory=dict)
+    binding: Binding = dataclasses.field(default_factory=Binding)
+    operating_point: dict[str, Any] = dataclasses.field(default_factory=dict)
+    fingerprint: str = ""
+
+    def validate(self) -> None:
+        for name in self.integer_domain:
+            if name not in self.values:
+                raise ConfigError(f"threshold set: integer_domain.{name} has no float value in values")
+
+    def make_adapter(self, *, fp32: bool = False) -> Any:
+        """The task adapter at this set's thresholds (``fp32=True``: at the FP32 thresholds)."""
+        from ..thresholds.adapters import make_adapter
+
+        return make_adapter(self.adapter, {**self.options, **(self.fp32_values if fp32 else self.values)})
+
+    def integer(self, name: str) -> IntegerThreshold:
+        return self.integer_domain[name]
+
+    def check_binding(self, record: CalibrationRecord | str | os.PathLike[str], *, model_path: str | os.PathLike[str] | None = None,
+                      source: str = "threshold set", record_path: str | os.PathLike[str] | None = None) -> None:
+        """Refuse a record (and optionally a quantized model file) this set was not derived for.
+
+        ``record`` is a :class:`CalibrationRecord` (then ``record_path`` names it in messages) or the path of
+        ``record.json`` / the quantized folder holding it.
+
+        Raises:
+            BindingMismatchError: record fingerprint, model digest or calibration set differ, or the
+                model file's SHA-256 differs from the bound ``quantized_model_digest``. The message names
+                the calibration the set was derived for and the ``quantkit bind`` command that re-derives it.
+            InputFileError: the record cannot be read.
+        """
+        if isinstance(record, CalibrationRecord):
+            rec, rpath = record, Path(record_path) if record_path is not None else Path("record.json")
+        else:
+            rpath = CalibrationRecord.path_in(record)
+            rec = CalibrationRecord.load(rpath)
+        b = self.binding
+        how = (f"re-derive with: quantkit bind {rpath.parent} --fp32 work/intake --reference REFERENCE_SET "
+               f"--params params.yaml --out THRESHOLDS.json")
+        theirs = Binding.of(rec, "").describe()
+        if b.record_fingerprint != rec.fingerprint or b.calibration_set_id != (rec.set_id or "") or b.model_digest != rec.model_digest:
+            raise BindingMismatchError(f"{source} was derived for {b.describe()} but {rpath} is {theirs}; {how}")
+        if model_path is not None and b.quantized_model_digest:
+            digest = sha256_file(model_path)
+            if digest != b.quantized_model_digest:
+                raise BindingMismatchError(f"{source} was derived for {b.describe()} but {model_path} has digest {digest[:12]} "
+                                           f"(expected {b.quantized_model_digest[:12]}); {how}")
+
+    @classmethod
+    def load_bound(cls, path: str | os.PathLike[str], record: CalibrationRecord | str | os.PathLike[str] | None = None,
+                   *, model_path: str | os.PathLike[str] | None = None) -> "ThresholdSet":
+        """Load a threshold set; with ``record`` (a record, ``record.json`` or quantized folder) check its binding.
+
+        Raises:
+            InputFileError: see :meth:`Artifact.load`.
+            BindingMismatchError: see :meth:`check_binding`.
+        """
+        ts = cls.load(path)
+        if record is not None:
+            ts.check_binding(record, model_path=model_path, source=str(path))
+        return ts
+
+    def __repr__(self) -> str:
+        vals = ", ".join(f"{k}={v:g}" for k, v in sorted(self.values.items()))
+        return (f"ThresholdSet({self.adapter}, {vals}, set={self.binding.calibration_set_name!r}, "
+                f"record={self.binding.record_fingerprint[:12]})")
