@@ -451,10 +451,10 @@ def clipping_rates(fp32_dir: str | Path, record_dir: str | Path, images: Sequenc
     Raises:
         ModelError / InputFileError: model, note or record missing, unusable or not matching.
     """
+    from .artifacts.record import CalibrationRecord
     from .imageio import load_image
     from .quantize.compare import clipping_rates as clipping_table
     from .quantize.engine import load_intake
-    from .artifacts.record import CalibrationRecord
 
     _, model, note = load_intake(fp32_dir)
     record = CalibrationRecord.load(record_dir)

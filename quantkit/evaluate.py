@@ -33,11 +33,11 @@ from typing import Any, Mapping
 import numpy as np
 
 from ._io import atomic_output_dir, atomic_write_json, atomic_write_text
+from .artifacts.thresholds import ThresholdSet
 from .errors import ConfigError, InputFileError
 from .note import ExportNote
 from .progress import progress
 from .thresholds.adapters import Adapter, Decision, f1, match_count
-from .artifacts.thresholds import ThresholdSet
 from .thresholds.binding import QUANT_MODEL
 from .thresholds.operating_point import ThresholdsConfig, truth_in_model_pixels
 

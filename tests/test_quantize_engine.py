@@ -157,7 +157,7 @@ def test_bad_input_one_line_nonzero_no_output(env, tmp_path, capsys):
     corrupt = tmp_path / "corrupt"
     shutil.copytree(intake, corrupt)
     (corrupt / "model.onnx").write_bytes(b"not a model")
-    _fails(["quantize", str(corrupt), "--calibration-set", str(cset), "--params", str(params), "--out", str(dest)], capsys, "not a readable ONNX model")
+    _fails(["quantize", str(corrupt), "--calibration-set", str(cset), "--params", str(params), "--out", str(dest)], capsys, "not a readable ONNX protobuf")
     _fails(["quantize", str(tmp_path / "missing"), "--dynamic", "--out", str(dest)], capsys, "model not found")
     _fails(["quantize", str(intake), "--params", str(params), "--out", str(dest)], capsys, "needs --calibration-set")
     assert not dest.exists() and not list(tmp_path.glob(".o.*"))

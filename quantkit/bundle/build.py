@@ -331,12 +331,9 @@ def _load_inputs(quantized: Path, thresholds: Path, fp32: Path, golden: Path, co
 
 
 def _load_model(path: Path) -> Any:
-    import onnx
+    from ..modelio import load_model
 
-    try:
-        return onnx.load(str(path))
-    except Exception as e:  # noqa: BLE001 - onnx raises protobuf DecodeError / ValueError / OSError for corrupt files
-        raise ModelError(f"{path}: not a loadable ONNX model ({str(e).splitlines()[0] if str(e) else type(e).__name__}); regenerate it") from None
+    return load_model(path)
 
 
 def _record_scale(record: Mapping[str, Any], name: str) -> float | None:

@@ -28,9 +28,9 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from ..artifacts import CalibrationRecord
     from ..calibset import CalibrationSet, CalibrationSetReader
     from ..errors import ConfigError
-    from ..artifacts import CalibrationRecord
     from ..quantize.compare import compare_layers, compare_outputs
     from ..quantize.engine import MODEL_FILE, load_intake
 

@@ -30,9 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..config import config_from_params
     from ..drift import PLAIN_NAMES, DriftConfig, check_drift
     from ..errors import InputFileError
-    from ..config import config_from_params
 
     cfg = config_from_params(DriftConfig, args.params, "drift")
     if args.out is not None and args.out.is_dir():  # fail before the (slow) check, not after it

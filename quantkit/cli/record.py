@@ -84,8 +84,8 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _diff(args: argparse.Namespace) -> int:
-    from ..errors import ConfigError
     from ..artifacts import scale_diff
+    from ..errors import ConfigError
 
     if args.top < 1:
         raise ConfigError(f"--top {args.top}: give at least 1 row")

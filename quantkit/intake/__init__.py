@@ -3,9 +3,9 @@
 See ``docs/ARCHITECTURE.md`` (``quantkit.intake``) for the artifact contract of :func:`intake`.
 """
 
+from ..modelio import load_model
 from .export import ExportResult, TorchExportConfig, export_torch
 from .inspect import InspectReport, OpCount, TensorInfo, inspect_model
-from .model import load_model
 from .notecheck import NoteCheckReport, Probe, check_note, text_probe
 from .opset import (
     ConversionLog,

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .model import ModelSource, _all_initializers, as_model, external_data_locations
+from ..modelio import ModelSource, _all_initializers, as_model, external_data_locations
 
 STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.training", "ai.onnx.preview.training", "com.microsoft", "com.microsoft.nchwc", "com.microsoft.experimental", "com.ms.internal.nhwc"})
 """Domains ONNX or ONNX Runtime define themselves; anything else is a custom domain."""

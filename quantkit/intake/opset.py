@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelError
-from .model import opset_of
+from ..modelio import opset_of
 
 log = logging.getLogger(__name__)
 

@@ -32,10 +32,10 @@ from .._io import (
 )
 from ..config import Config
 from ..errors import ConfigError, ModelError
+from ..modelio import load_model, opset_of
 from ..note import ExportNote, Preprocessing, Provenance
 from ..versions import tool_versions
 from .inspect import InspectReport, inspect_model
-from .model import load_model, opset_of
 from .notecheck import NoteCheckReport, check_note, text_probe
 from .opset import ConversionLog, NumericCheck, convert_opset, verify_conversion
 from .validate import ValidationReport, validate_model

@@ -34,8 +34,8 @@ from typing import Any
 
 from .._io import read_json
 from ..errors import ConfigError
+from ..modelio import ModelSource, as_model
 from .inspect import STANDARD_DOMAINS
-from .model import ModelSource, as_model
 
 log = logging.getLogger(__name__)
 

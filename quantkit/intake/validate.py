@@ -11,8 +11,8 @@ import dataclasses
 import re
 from typing import Any
 
+from ..modelio import ModelSource, as_model
 from .inspect import STANDARD_DOMAINS
-from .model import ModelSource, as_model
 
 _FIXES: tuple[tuple[str, str], ...] = (
     (r"No opset import for domain|Cannot infer type and shape for node|not a registered|[Uu]nrecognized (domain|op)", "a node uses an operator ONNX does not define (custom domain): add its domain to opset_import, register the custom op's schema/kernels (onnxruntime custom-op library), or re-export without it"),
@@ -76,7 +76,7 @@ def validate_model(source: ModelSource) -> ValidationReport:
     (strict_mode=True, data_prop=True)``; flag symbolic input dims and custom domains as warnings.
 
     Raises:
-        ModelError: only when the file cannot be read at all (see :func:`quantkit.intake.model.load_model`).
+        ModelError: only when the file cannot be read at all (see :func:`quantkit.modelio.load_model`).
     """
     import onnx
 

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from .._io import atomic_write_json, read_json
+from ..artifacts.record import CalibrationRecord, TensorScale
 from ..dtypes import INT_TYPES, QUANT_TYPE_NAMES
 from ..errors import InputFileError
-from ..artifacts.record import CalibrationRecord, TensorScale
 
 VERSION = "1.0.0"
 _BITS = {name: INT_TYPES[name].bits for name in QUANT_TYPE_NAMES}

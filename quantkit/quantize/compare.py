@@ -28,10 +28,11 @@ from typing import Any
 
 import numpy as np
 
+from ..artifacts.record import CalibrationRecord, TensorScale
 from ..errors import InputFileError, ModelError
+from ..modelio import load_model
 from ..progress import progress
 from ..runner import OrtRunner, with_outputs
-from ..artifacts.record import CalibrationRecord, TensorScale
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +63,7 @@ def _load(model: Any) -> Any:
     p = Path(model)
     if p.is_dir():
         p = p / ("model.onnx" if (p / "model.onnx").is_file() else "model_int8.onnx")
-    if not p.is_file():
-        raise ModelError(f"{p}: model not found; check the path or run the stage that writes it")
-    try:
-        return onnx.load(str(p))
-    except Exception as e:
-        raise ModelError(f"{p}: not a readable ONNX model ({type(e).__name__}); re-run the stage that writes it") from None
+    return load_model(p)
 
 
 def _feeds(batches: Iterable[Any], input_name: str) -> Iterable[dict[str, np.ndarray]]:

@@ -27,15 +27,15 @@ from typing import Any
 import numpy as np
 
 from .._io import atomic_output_dir, fingerprint, sha256_bytes, sha256_file
+from ..artifacts.record import CalibrationRecord, SetRef, TensorScale
 from ..dtypes import INT_TYPES
 from ..errors import ConfigError, ModelError, QuantkitError, UnsupportedOptionError
-from ..intake.model import opset_of
+from ..modelio import load_model, opset_of
 from ..note import ExportNote
 from ..versions import tool_versions
 from . import adapter
 from .calibrate import CalibrationRun, collect_ranges, quiet_ort
 from .config import DynamicQuantConfig, StaticQuantConfig
-from ..artifacts.record import CalibrationRecord, SetRef, TensorScale
 from .scales import extract_scales
 
 log = logging.getLogger(__name__)
@@ -75,16 +75,11 @@ def load_intake(intake: str | Path) -> tuple[Path, Any, ExportNote]:
     Raises:
         ModelError: model missing, not ONNX, or without a note.
     """
-    import onnx
-
     p = Path(intake)
     model_path = p / "model.onnx" if p.is_dir() else p
     if not model_path.is_file():
         raise ModelError(f"{model_path}: model not found; run 'quantkit intake MODEL --out {p}' first")
-    try:
-        model = onnx.load(str(model_path))
-    except Exception as e:  # onnx raises DecodeError and friends
-        raise ModelError(f"{model_path}: not a readable ONNX model ({type(e).__name__}); re-run 'quantkit intake'") from None
+    model = load_model(model_path)
     sidecar = model_path.parent / "export_note.json"
     note = ExportNote.load(sidecar) if sidecar.is_file() else ExportNote.from_model(model, path=str(model_path))
     return model_path, model, note

@@ -7,13 +7,38 @@
 * :mod:`.operating_point`: re-derivation on a reference set and the ``bind`` stage.
 """
 
-from .adapters import (ADAPTERS, Adapter, BoxDetectorAdapter, ClassifierAdapter, DBTextAdapter, Decision, ThresholdSpec,
-                       make_adapter, match_count, polygon_iou, register_adapter)
 from ..artifacts.thresholds import Binding, IntegerThreshold, ThresholdSet
+from .adapters import (
+                       ADAPTERS,
+                       Adapter,
+                       BoxDetectorAdapter,
+                       ClassifierAdapter,
+                       DBTextAdapter,
+                       Decision,
+                       ThresholdSpec,
+                       make_adapter,
+                       match_count,
+                       polygon_iou,
+                       register_adapter,
+)
 from .binding import append_history, integer_domain_for, output_qdq, read_history
-from .integer_domain import decision_code, dequantize_linear, integer_threshold, quantize_linear
-from .operating_point import (BindResult, Derivation, ModelPass, OperatingPointConfig, ThresholdsConfig, bind,
-                              bootstrap_ratio, derive_operating_point, run_pass)
+from .integer_domain import (
+                       decision_code,
+                       dequantize_linear,
+                       integer_threshold,
+                       quantize_linear,
+)
+from .operating_point import (
+                       BindResult,
+                       Derivation,
+                       ModelPass,
+                       OperatingPointConfig,
+                       ThresholdsConfig,
+                       bind,
+                       bootstrap_ratio,
+                       derive_operating_point,
+                       run_pass,
+)
 
 __all__ = [
     "ADAPTERS", "Adapter", "BindResult", "Binding", "BoxDetectorAdapter", "ClassifierAdapter", "DBTextAdapter", "Decision",

@@ -7,7 +7,6 @@ for that tensor, when present, must agree with the model.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -40,13 +39,11 @@ def output_qdq(model_path: str | os.PathLike[str], output: str = "") -> dict[str
     Raises:
         ModelError: the model cannot be read or has no such output.
     """
-    import onnx
     from onnx import numpy_helper
 
-    try:
-        model = onnx.load(str(model_path), load_external_data=False)
-    except Exception as e:  # onnx raises DecodeError/OSError
-        raise ModelError(f"{model_path}: cannot read the ONNX model ({type(e).__name__}); re-run 'quantkit quantize'") from None
+    from ..modelio import load_model
+
+    model = load_model(model_path, load_external_data=False)
     g = model.graph
     names = [o.name for o in g.output]
     name = output or (names[0] if names else "")

@@ -20,9 +20,8 @@ record carries the real-valued ``mean_code_threshold = t / scale + zero_point`` 
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 

@@ -33,13 +33,13 @@ from typing import Any, Literal, Sequence
 import numpy as np
 
 from .._io import sha256_file
+from ..artifacts.record import CalibrationRecord
+from ..artifacts.thresholds import Binding, ThresholdSet
 from ..config import Config
 from ..errors import CalibrationSetError, ConfigError, InputFileError
 from ..note import ExportNote, Transform
 from ..progress import progress
 from .adapters import Adapter, Decision, make_adapter, match_count, polygon_iou
-from ..artifacts.record import CalibrationRecord
-from ..artifacts.thresholds import Binding, ThresholdSet
 from .binding import QUANT_MODEL, append_history, integer_domain_for
 
 log = logging.getLogger(__name__)

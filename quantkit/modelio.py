@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Union
 
-from ..errors import ModelError
+from .errors import ModelError
 
 log = logging.getLogger(__name__)
 
