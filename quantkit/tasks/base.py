@@ -1,0 +1,385 @@
+"""The task adapter interface: the one place that knows what a model's outputs mean.
+
+An adapter is a frozen, typed config (:class:`quantkit.config.Config`; ``params.yaml: task``) that
+
+* checks the model's real output shapes against its declared layout (:meth:`TaskAdapter.check_outputs`);
+* decodes raw outputs of one image into a :class:`Decision` (:meth:`TaskAdapter.decide`);
+* defines agreement with FP32 as additive per-image counts (:meth:`TaskAdapter.agreement`) and the metrics
+  computed from them (:attr:`TaskAdapter.AGREEMENT`, the first is the **primary** metric: the report's status
+  rule, the fallback's target and bind's floor all use it), and the same against ground truth
+  (:meth:`TaskAdapter.accuracy`, :attr:`TaskAdapter.ACCURACY`) where the set carries labels;
+* declares its thresholds (:attr:`TaskAdapter.THRESHOLDS`): which output tensor each is compared with, how,
+  and which agreement metric a search for it maximises, so binding can put them into that tensor's integer
+  domain;
+* names the score channels whose quantization matters (:meth:`TaskAdapter.decision_tensors`).
+
+Every metric is a ratio of sums of per-image counts (``sum(num) / sum(den)`` over a set), so it pools over
+images the same way everywhere (evaluate, bind, fallback, report, fleet) and bootstraps over images.
+evaluate, bind, fallback, report, verify and fleet ask the adapter; none of them computes pixel IoU or
+assumes an output is a map. Adapters are registered by name (:func:`register_adapter`) and, for user code,
+through the ``quantkit.tasks`` entry-point group (see :func:`make_adapter`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+
+from ..config import Config
+from ..errors import ConfigError, ModelError
+
+log = logging.getLogger(__name__)
+
+Outputs = Mapping[str, np.ndarray]
+"""Raw outputs of one inference: ``{output name: array}`` with batch axis 1 (batch of one image)."""
+Shapes = Mapping[str, Sequence[Any]]
+"""Declared output shapes: ``{output name: [dim, ...]}``, a dim is an int, a symbolic name or None."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ThresholdSpec:
+    """How one threshold is used.
+
+    ``on_output``: compared with values of an output tensor (so it has an integer-domain form);
+    ``comparison``: ``>`` or ``>=`` (an item is kept when ``value <cmp> threshold``); ``reduction``: ``none``
+    (per element) or ``mean`` (mean over a region); ``search``: (low, high) range for operating-point
+    searches; ``objective``: the agreement metric (:class:`MetricSpec` name) a ``keep_fp32`` search for this
+    threshold maximises.
+    """
+
+    name: str
+    on_output: bool
+    comparison: str = ">"
+    reduction: str = "none"
+    search: tuple[float, float] = (0.05, 0.95)
+    objective: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricSpec:
+    """A metric pooled over a set as ``factor * sum(counts[num]) / sum(counts[den])``.
+
+    ``empty``: its value when the denominator sums to 0 (e.g. nothing to agree on counts as agreement);
+    ``higher_is_better``: direction; ``label``: a plain name for reports; ``description``: one sentence for
+    a reader who is not an ML engineer.
+    """
+
+    name: str
+    label: str
+    num: str
+    den: str
+    factor: float = 1.0
+    empty: float = 1.0
+    higher_is_better: bool = True
+    description: str = ""
+
+    def value(self, counts: Mapping[str, Any]) -> Any:
+        """The metric from summed counts: a float, or an array when the counts are arrays (one per resample)."""
+        num = np.asarray(counts.get(self.num, 0.0), np.float64)
+        den = np.asarray(counts.get(self.den, 0.0), np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            v = np.where(den > 0, self.factor * num / np.where(den > 0, den, 1.0), self.empty)
+        return float(v) if v.ndim == 0 else v
+
+
+@dataclasses.dataclass(frozen=True)
+class DecisionTensor:
+    """Where a task's decisions read a quantized tensor: ``output`` name, channel ``axis`` (of the full
+    output, batch axis included; None = the whole tensor) and the channel range ``[start, stop)``, with the
+    values' nominal range ``[lo, hi]`` (e.g. 0..1 for sigmoid scores). Used to count how many quantization
+    levels the decision really has (a score sharing one scale with pixel coordinates gets a handful)."""
+
+    output: str
+    axis: int | None
+    start: int
+    stop: int
+    lo: float = 0.0
+    hi: float = 1.0
+    what: str = "scores"
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class Decision:
+    """Decisions of one image.
+
+    ``polygons``: ``(K, P, 2) float32`` corner points (x, y) in model-input pixels (P = 4 for boxes and
+    quads; P = 0 for items without geometry, e.g. a class); ``scores``: ``(K,) float32``; ``labels``:
+    ``(K,) int64`` class ids; ``mask``: ``(H, W) bool`` binarized map for map heads, else None;
+    ``texts``: one string per item for recognizers, else None. ``top``: the item before the score filter
+    for single-item tasks (classifier's argmax, recognizer's decoded line), so agreement can compare it even
+    when the threshold drops it; None for multi-item tasks.
+    """
+
+    polygons: np.ndarray
+    scores: np.ndarray
+    labels: np.ndarray
+    mask: np.ndarray | None = None
+    texts: tuple[str, ...] | None = None
+    top: tuple[int, str] | None = None
+
+    def __len__(self) -> int:
+        return int(self.scores.shape[0])
+
+    def select(self, keep: np.ndarray) -> "Decision":
+        """Subset of items where ``keep`` (bool ``(K,)``) is true; mask and ``top`` are kept as they are."""
+        texts = None if self.texts is None else tuple(t for t, k in zip(self.texts, keep) if k)
+        return Decision(self.polygons[keep], self.scores[keep], self.labels[keep], self.mask, texts, self.top)
+
+    def to_json(self, transform: Any = None) -> dict[str, Any]:
+        """Small JSON form: polygons as rounded ints (mapped to source-image pixels with ``transform``, a
+        :class:`quantkit.note.Transform`), scores to 4 decimals, labels, texts."""
+        poly = self.polygons
+        if transform is not None and poly.size:
+            poly = transform.to_image(poly)
+        out: dict[str, Any] = {"polygons": np.rint(poly).astype(int).tolist(), "scores": [round(float(s), 4) for s in self.scores],
+                               "labels": [int(v) for v in self.labels]}
+        if self.texts is not None:
+            out["texts"] = list(self.texts)
+        return out
+
+    def __repr__(self) -> str:
+        m = "" if self.mask is None else f", mask={self.mask.shape[1]}x{self.mask.shape[0]}"
+        t = "" if self.texts is None else f", texts={list(self.texts)[:3]}"
+        return f"Decision({len(self)} items{m}{t})"
+
+
+def empty_decision(mask: np.ndarray | None = None, points: int = 4, top: tuple[int, str] | None = None) -> Decision:
+    """A decision with no items (``points`` corners per polygon)."""
+    return Decision(np.zeros((0, points, 2), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int64), mask,
+                    None, top)
+
+
+T = TypeVar("T", bound="TaskAdapter")
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskAdapter(Config):
+    """Base task adapter. ``output``: name of the output tensor the task reads (``""`` = the model's first).
+
+    Subclasses set ``name`` (registry key), ``THRESHOLDS``, ``PRIMARY`` (the threshold that filters items by
+    score; operating-point searches move it), ``AGREEMENT`` (primary metric first), ``ACCURACY`` (vs ground
+    truth, may be empty), ``LABELS`` (the manifest ``labels`` key holding ground truth, or ""), ``SCORES``
+    (what the score histogram shows, in words), and implement :meth:`check_outputs`, :meth:`_decide`,
+    :meth:`agreement` and, with labels, :meth:`truth` / :meth:`accuracy`.
+    """
+
+    name: ClassVar[str] = ""
+    THRESHOLDS: ClassVar[tuple[ThresholdSpec, ...]] = ()
+    PRIMARY: ClassVar[str] = ""
+    AGREEMENT: ClassVar[tuple[MetricSpec, ...]] = ()
+    ACCURACY: ClassVar[tuple[MetricSpec, ...]] = ()
+    LABELS: ClassVar[str] = ""
+    SCORES: ClassVar[str] = "item scores"
+    ITEM: ClassVar[str] = "detection"
+    """What one decision item is called in reports (``detection``, ``text region``, ``class``, ``text line``)."""
+
+    output: str = ""
+
+    # -- metrics -------------------------------------------------------------------------------------
+    @classmethod
+    def primary_metric(cls) -> MetricSpec:
+        """The agreement metric that decides status, fallback target and bind's floor."""
+        return cls.AGREEMENT[0]
+
+    @classmethod
+    def metric(cls, name: str) -> MetricSpec:
+        """An agreement or accuracy metric by name. Raises ConfigError naming the valid ones."""
+        for m in (*cls.AGREEMENT, *cls.ACCURACY):
+            if m.name == name:
+                return m
+        raise ConfigError(f"task {cls.name!r} has no metric {name!r}; it has {', '.join(m.name for m in (*cls.AGREEMENT, *cls.ACCURACY))}")
+
+    # -- thresholds ----------------------------------------------------------------------------------
+    def thresholds(self) -> dict[str, float]:
+        """The current threshold values by name."""
+        return {s.name: float(getattr(self, s.name)) for s in self.THRESHOLDS}
+
+    def spec(self, name: str) -> ThresholdSpec:
+        for s in self.THRESHOLDS:
+            if s.name == name:
+                return s
+        raise ConfigError(f"task {self.name!r} has no threshold {name!r}; it has {', '.join(s.name for s in self.THRESHOLDS)}")
+
+    def with_thresholds(self: T, values: Mapping[str, float]) -> T:
+        """Copy with threshold values replaced (validated). Unknown names raise ConfigError."""
+        for k in values:
+            self.spec(k)
+        return self.replace(**{k: float(v) for k, v in values.items()})
+
+    def options(self) -> dict[str, Any]:
+        """Settings that are not thresholds (layout, ``unclip_ratio``, ...), as plain values."""
+        names = {s.name for s in self.THRESHOLDS}
+        return {k: v for k, v in self.to_dict().items() if k not in names and k != "schema_version"}
+
+    def threshold_tensor(self, spec: ThresholdSpec) -> str:
+        """The graph output a threshold is compared with ("" = the model's first output)."""
+        return self.output
+
+    # -- layout --------------------------------------------------------------------------------------
+    def check_outputs(self, shapes: Shapes) -> None:
+        """Check the model's output shapes against this task's declared layout (called at intake and before
+        every run). Raises :class:`ModelError` naming the output, its shape and the declared layout."""
+
+    def select_output(self, outputs: Outputs, name: str | None = None) -> np.ndarray:
+        """The array named ``name`` (default: ``output``, or the first output). Raises ModelError when absent."""
+        if not outputs:
+            raise ModelError(f"task {self.name!r}: the model produced no outputs")
+        key = self.output if name is None else name
+        if key:
+            if key not in outputs:
+                raise ModelError(f"task {self.name!r}: output {key!r} not among {sorted(outputs)}; set task.options.output")
+            return np.asarray(outputs[key])
+        return np.asarray(next(iter(outputs.values())))
+
+    def _output_shape(self, shapes: Shapes, name: str | None = None) -> tuple[str, list[Any]]:
+        """``(name, shape)`` of the output this task reads, for :meth:`check_outputs`."""
+        if not shapes:
+            raise ModelError(f"task {self.name!r}: the model declares no outputs")
+        key = self.output if name is None else name
+        if key:
+            if key not in shapes:
+                raise ModelError(f"task {self.name!r}: output {key!r} is not among the model's outputs {sorted(shapes)}; "
+                                 "set task.options.output")
+            return key, list(shapes[key])
+        first = next(iter(shapes))
+        return first, list(shapes[first])
+
+    def layout_error(self, name: str, shape: Sequence[Any], declared: str, fix: str) -> ModelError:
+        """The one-line refusal for an output that does not fit the declared layout."""
+        dims = "x".join(str(d) for d in shape)
+        return ModelError(f"task {self.name!r}: output {name!r} has shape [{dims}] but the declared layout is {declared}; {fix}")
+
+    # -- decisions -----------------------------------------------------------------------------------
+    def decide(self, outputs: Outputs) -> Decision:
+        """Decision of one image (outputs with batch axis 1). Raises ModelError for a batch of more images."""
+        return self._decide(outputs)
+
+    def _decide(self, outputs: Outputs) -> Decision:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def candidates(self, outputs: Outputs) -> Decision:
+        """All items before the PRIMARY score filter (for operating-point searches).
+
+        Filtering the result with :meth:`keep` at threshold ``t`` equals ``with_thresholds({PRIMARY: t})
+        .decide(outputs)`` (the primary filter is the last step, or commutes with greedy NMS).
+        """
+        lo = self.spec(self.PRIMARY).search[0]
+        return self.with_thresholds({self.PRIMARY: min(0.0, lo)}).decide(outputs)
+
+    def keep(self, scores: np.ndarray, t: float) -> np.ndarray:
+        """Bool mask of items the PRIMARY threshold ``t`` keeps (its declared comparison)."""
+        cmp = self.spec(self.PRIMARY).comparison
+        return scores > np.float32(t) if cmp == ">" else scores >= np.float32(t)
+
+    def histogram_values(self, outputs: Outputs, candidates: Decision | None = None) -> np.ndarray:
+        """Values whose distribution the report compares between FP32 and INT8 (``SCORES`` says what they
+        are), float32, in [0, 1] where the task's scores are probabilities. Default: candidate item scores."""
+        c = self.candidates(outputs) if candidates is None else candidates
+        return np.asarray(c.scores, np.float32)
+
+    def decision_tensors(self, shapes: Shapes) -> tuple[DecisionTensor, ...]:
+        """The score channels the decisions read (for the effective-levels check). Default: none."""
+        return ()
+
+    def summary(self, decision: Decision) -> dict[str, float]:
+        """Per-image scalars for fleet rows: ``n`` items and ``max_score`` (NaN when empty)."""
+        return {"n": float(len(decision)), "max_score": float(decision.scores.max()) if len(decision) else float("nan")}
+
+    # -- agreement -------------------------------------------------------------------------------------
+    def agreement(self, ref: Decision, got: Decision) -> dict[str, float]:  # pragma: no cover - abstract
+        """Additive counts of ``got``'s agreement with ``ref`` (FP32) on one image, keyed as AGREEMENT's
+        ``num``/``den`` name them."""
+        raise NotImplementedError
+
+    def truth(self, labels: Mapping[str, Any] | None, transform: Any) -> Decision | None:
+        """Ground truth of one image from its manifest ``labels`` (image pixels; ``transform`` maps them into
+        model-input pixels), or None when the image carries none for this task."""
+        return None
+
+    def accuracy(self, truth: Decision, got: Decision) -> dict[str, float]:
+        """Additive counts of ``got`` against ground truth, keyed as ACCURACY's ``num``/``den`` name them."""
+        return {}
+
+    def sweep(self, name: str, grid: np.ndarray, refs: Sequence[Decision | None], outputs: Sequence[Outputs],
+              truth: bool = False) -> dict[str, np.ndarray]:
+        """Counts ``{key: (N images, C candidates)}`` of agreement (or, with ``truth``, accuracy against
+        ``refs`` = ground truth) when threshold ``name`` takes each value of ``grid`` (other thresholds as set).
+
+        Default: for the PRIMARY threshold, the candidates are decoded once per image and filtered per value;
+        for another threshold the adapter is re-run per value.
+        """
+        count = self.accuracy if truth else self.agreement
+        rows: list[list[dict[str, float]]] = []
+        if name == self.PRIMARY:
+            for ref, out in zip(refs, outputs):
+                c = self.candidates(out)
+                rows.append([count(ref, c.select(self.keep(c.scores, float(t)))) if ref is not None else {} for t in grid])
+        else:
+            variants = [self.with_thresholds({name: float(t)}) for t in grid]
+            for ref, out in zip(refs, outputs):
+                rows.append([count(ref, v.decide(out)) if ref is not None else {} for v in variants])
+        keys = sorted({k for r in rows for d in r for k in d})
+        return {k: np.array([[d.get(k, 0.0) for d in r] for r in rows], np.float64).reshape(len(rows), len(grid)) for k in keys}
+
+    def __repr__(self) -> str:
+        vals = ", ".join(f"{k}={v:g}" for k, v in self.thresholds().items())
+        return f"{type(self).__name__}({vals})"
+
+
+# -- registry ---------------------------------------------------------------------------------------
+
+ADAPTERS: dict[str, type[TaskAdapter]] = {}
+ENTRY_POINT_GROUP = "quantkit.tasks"
+"""Entry-point group for user adapters: ``[project.entry-points."quantkit.tasks"] my_task = "pkg.mod:MyAdapter"``."""
+
+
+def register_adapter(cls: type[T]) -> type[T]:
+    """Class decorator: make ``cls`` available as ``task.adapter: <cls.name>``."""
+    if not cls.name:
+        raise TypeError(f"{cls.__name__} must set a class attribute 'name'")
+    if not cls.AGREEMENT:
+        raise TypeError(f"{cls.__name__} must declare at least one AGREEMENT metric (the primary one first)")
+    ADAPTERS[cls.name] = cls
+    return cls
+
+
+def _load_entry_points() -> None:
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in ADAPTERS:
+            continue
+        try:
+            cls = ep.load()
+        except Exception as e:  # a broken plug-in must not break the built-in tasks
+            log.warning("task adapter entry point %r (%s) failed to load: %s", ep.name, ep.value, e)
+            continue
+        if not (isinstance(cls, type) and issubclass(cls, TaskAdapter)):
+            log.warning("task adapter entry point %r (%s) is not a TaskAdapter subclass; ignored", ep.name, ep.value)
+            continue
+        ADAPTERS.setdefault(ep.name, cls)
+
+
+def adapter_class(name: str) -> type[TaskAdapter]:
+    """The registered adapter class ``name`` (built-in, or from the ``quantkit.tasks`` entry points).
+
+    Raises:
+        ConfigError: no such adapter (names the registered ones).
+    """
+    from . import builtin  # noqa: F401 - registers the built-in adapters
+
+    if name not in ADAPTERS:
+        _load_entry_points()
+    if name not in ADAPTERS:
+        raise ConfigError(f"task.adapter: {name!r} is not registered; use one of {', '.join(sorted(ADAPTERS))} "
+                          f"or register your own (entry point group {ENTRY_POINT_GROUP!r})")
+    return ADAPTERS[name]
+
+
+def make_adapter(name: str, options: Mapping[str, Any] | None = None) -> TaskAdapter:
+    """Build a registered adapter from its name and options (strict: unknown options raise ConfigError)."""
+    return adapter_class(name).from_dict(dict(options or {}), where=f"task.options ({name})")

@@ -1,0 +1,25 @@
+"""``params.yaml: task``: which task adapter reads the model's outputs, with its options and FP32 thresholds."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..config import Config
+from .base import TaskAdapter, make_adapter
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskConfig(Config):
+    """The task of a model: ``adapter`` (a registered name: ``db_text``, ``box_detector``, ``classifier``, ...)
+    and its ``options`` (output layout, decoding settings and the FP32 thresholds), validated by the adapter."""
+
+    adapter: str = "db_text"
+    options: dict[str, Any] = dataclasses.field(default_factory=lambda: {"thresh": 0.3, "box_thresh": 0.5, "unclip_ratio": 1.6})
+
+    def validate(self) -> None:
+        self.make()
+
+    def make(self) -> TaskAdapter:
+        """The adapter at the FP32 thresholds. Raises ConfigError for an unknown adapter or option."""
+        return make_adapter(self.adapter, self.options)
