@@ -163,17 +163,25 @@ class Config:
         return fingerprint(self.to_dict())
 
 
-def config_from_params(cls: type[C], path: str | Path | None, section: str) -> C:
+def config_from_params(cls: type[C], path: str | Path | None, section: str, *, model: str | None = None) -> C:
     """Build config ``cls`` from ``section`` of the params file ``path`` (defaults when ``path`` is None).
 
+    With ``model``, ``models.<model>.<section>`` is read when it exists, else the top-level ``section``
+    (a pipeline with several models keeps per-model sections, e.g. ``intake`` and ``task``, under ``models``).
     Every error names the file: ``PATH:section.field: ...``.
 
     Raises:
         InputFileError: the params file is missing or not YAML.
-        ConfigError: the section is missing, or an option is unknown, mistyped or out of range.
+        ConfigError: the section (or the model) is missing, or an option is unknown, mistyped or out of range.
     """
     if path is None:
         return cls()
+    if model is not None:
+        models = load_params(path, "models")
+        if model not in models:
+            raise ConfigError(f"{path}: model {model!r} is not under 'models' (it has {', '.join(sorted(models)) or 'none'}); fix --model")
+        if isinstance(models[model], dict) and section in models[model]:
+            section = f"models.{model}.{section}"
     data = load_params(path, section)
     try:
         return cls.from_dict(data, where=f"{path}:{section}")
@@ -210,3 +218,27 @@ def load_params(path: str | Path, section: str) -> dict[str, Any]:
     if not isinstance(node, dict):
         raise ConfigError(f"{p}: section {section!r} must be a mapping")
     return node
+
+
+def has_section(path: str | Path | None, section: str, *, model: str | None = None) -> bool:
+    """Whether the params file has ``section`` (or ``models.<model>.<section>``). False when ``path`` is None.
+
+    Raises:
+        InputFileError: the params file is missing or not YAML.
+    """
+    if path is None:
+        return False
+    import yaml
+
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError:
+        raise InputFileError(f"{p}: params file not found; pass --params PATH") from None
+    except yaml.YAMLError as e:
+        raise InputFileError(f"{p}: not valid YAML ({str(e).splitlines()[0]}); fix the syntax") from None
+    models = data.get("models") if isinstance(data, dict) else None
+    if model is not None and isinstance(models, dict) and isinstance(models.get(model), dict) and section in models[model]:
+        return True
+    return isinstance(data, dict) and section in data
+

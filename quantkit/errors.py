@@ -50,3 +50,9 @@ class TargetSupportError(QuantkitError):
     """A target runtime cannot run an operator or quantized pattern the model uses."""
 
     exit_code = 5
+
+
+class AgreementError(QuantkitError):
+    """A quantized model's decisions do not agree with FP32's above the configured floor (bind refuses)."""
+
+    exit_code = 6

@@ -11,8 +11,12 @@ import pytest
 from quantkit.errors import BindingMismatchError, InputFileError
 from quantkit.note import Transform
 from quantkit.artifacts import CalibrationRecord, SetRef
-from quantkit.thresholds import (Binding, BoxDetectorAdapter, ClassifierAdapter, ModelPass, OperatingPointConfig,
-                                 ThresholdSet, append_history, derive_operating_point, integer_threshold, read_history)
+from quantkit.tasks.boxes import BoxDetectorAdapter
+from quantkit.tasks.classify import ClassifierAdapter
+from quantkit.thresholds import (Binding, ModelPass, OperatingPointConfig, ThresholdSet, append_history, derive_operating_point,
+                                 integer_threshold, read_history)
+
+REF = SetRef(name="ref", set_id="r" * 64)
 
 RECORD_PATH = Path("work/quantize/deployed/record.json")
 
@@ -27,7 +31,7 @@ def _ts(**kw) -> ThresholdSet:
     base = dict(adapter="db_text", options={"unclip_ratio": 1.6}, values={"thresh": 0.3, "box_thresh": 0.5},
                 fp32_values={"thresh": 0.3, "box_thresh": 0.5}, integer_domain={"thresh": it},
                 binding=Binding(model_digest="m" * 64, record_fingerprint="a" * 64, calibration_set_id="s" * 64, calibration_set_name="cam1-day"),
-                operating_point={"mode": "keep_fp32"})
+                operating_point=None)
     base.update(kw)
     return ThresholdSet(**base).sealed()
 
@@ -79,12 +83,15 @@ def test_keep_fp32_moves_the_classifier_threshold_to_follow_a_shifted_int8_score
     shifted = np.clip(p - 0.1, 0, 1)  # the INT8 model is less confident by 0.1
     int8 = _pass([{"prob": np.array([[1 - v, v]], np.float32)} for v in shifted])
     cfg = OperatingPointConfig(grid_step=0.01, bootstrap_resamples=100)
-    d = derive_operating_point(ClassifierAdapter(cls_thresh=0.9), fp32, int8, cfg)
+    d = derive_operating_point(ClassifierAdapter(cls_thresh=0.9), fp32, int8, cfg, REF)
     assert d.values["cls_thresh"] == pytest.approx(0.8, abs=0.011)
-    agree = d.operating_point["agreement_vs_fp32"]
-    assert agree["chosen"]["f1"]["value"] > 0.97 > agree["fp32_thresholds"]["f1"]["value"]
-    lo, hi = agree["chosen"]["f1"]["ci"]
-    assert lo <= agree["chosen"]["f1"]["value"] <= hi
+    agree = d.operating_point.agreement
+    assert agree["chosen"]["decision_f1"].value > 0.97 > agree["fp32_thresholds"]["decision_f1"].value
+    lo, hi = agree["chosen"]["decision_f1"].ci
+    assert lo <= agree["chosen"]["decision_f1"].value <= hi
+    flips = np.argmax(np.stack([1 - shifted, shifted]), 0) != np.argmax(np.stack([1 - p, p]), 0)
+    assert agree["chosen"]["top1"].value == pytest.approx(1 - flips.mean())  # top-1 agreement does not depend on thresholds
+    assert agree["fp32_thresholds"]["top1"].value == agree["chosen"]["top1"].value
 
 
 def test_keep_fp32_for_a_box_detector():
@@ -93,11 +100,11 @@ def test_keep_fp32_for_a_box_detector():
 
     fp32 = _pass([dets(0.9), dets(0.7), dets(0.5)] * 10)
     int8 = _pass([dets(0.85), dets(0.65), dets(0.45)] * 10)
-    d = derive_operating_point(BoxDetectorAdapter(score_thresh=0.38), fp32, int8, OperatingPointConfig(bootstrap_resamples=200))
-    agree = d.operating_point["agreement_vs_fp32"]
-    assert agree["chosen"]["f1"]["value"] == 1.0 > agree["fp32_thresholds"]["f1"]["value"]  # 0.35 is lost at 0.38
+    d = derive_operating_point(BoxDetectorAdapter(score_thresh=0.38), fp32, int8, OperatingPointConfig(bootstrap_resamples=200), REF)
+    agree = d.operating_point.agreement
+    assert agree["chosen"]["box_f1"].value == 1.0 > agree["fp32_thresholds"]["box_f1"].value  # 0.35 is lost at 0.38
     assert d.values["score_thresh"] == pytest.approx(0.34)  # best interval (0.15, 0.35), closest to FP32's 0.38
-    assert d.operating_point["search"]["score_thresh"]["significance"]["moved"] is True
+    assert d.operating_point.search["score_thresh"].significance.moved is True
 
 
 def test_keep_fp32_keeps_the_fp32_value_when_the_gain_is_within_noise():
@@ -107,7 +114,7 @@ def test_keep_fp32_keeps_the_fp32_value_when_the_gain_is_within_noise():
     # one image in three gains a detection: on 3 images the paired bootstrap CI of the gain includes 0
     fp32 = _pass([dets(0.9), dets(0.7), dets(0.5)])
     int8 = _pass([dets(0.85), dets(0.65), dets(0.45)])
-    d = derive_operating_point(BoxDetectorAdapter(score_thresh=0.38), fp32, int8, OperatingPointConfig(bootstrap_resamples=200))
-    evidence = d.operating_point["search"]["score_thresh"]["significance"]
+    d = derive_operating_point(BoxDetectorAdapter(score_thresh=0.38), fp32, int8, OperatingPointConfig(bootstrap_resamples=200), REF)
+    evidence = d.operating_point.search["score_thresh"].significance
     assert d.values["score_thresh"] == pytest.approx(0.38)
-    assert evidence["moved"] is False and evidence["gain"] > 0 and evidence["gain_ci"][0] <= 0
+    assert evidence.moved is False and evidence.gain > 0 and evidence.gain_ci[0] <= 0

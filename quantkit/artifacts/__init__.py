@@ -8,6 +8,10 @@ Each class has ``load`` (validate, migrate, check; errors name the file and fiel
 from __future__ import annotations
 
 from .base import Artifact
+from .drift import DriftResult
+from .evaluation import EvalSummary
 from .record import CalibrationRecord, SetRef, TensorScale, scale_diff
+from .thresholds import Binding, Estimate, IntegerThreshold, OperatingPoint, ThresholdSet
 
-__all__ = ["Artifact", "CalibrationRecord", "SetRef", "TensorScale", "scale_diff"]
+__all__ = ["Artifact", "Binding", "CalibrationRecord", "DriftResult", "Estimate", "EvalSummary", "IntegerThreshold",
+           "OperatingPoint", "SetRef", "TensorScale", "ThresholdSet", "scale_diff"]

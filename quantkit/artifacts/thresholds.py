@@ -18,11 +18,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._io import sha256_file
+from .._io import fingerprint, sha256_file
 from ..config import Config
-from ..errors import BindingMismatchError, ConfigError
+from ..errors import BindingMismatchError, ConfigError, InputFileError
 from .base import Artifact
-from .record import CalibrationRecord
+from .record import CalibrationRecord, SetRef
 
 ROUNDING_RULE = (
     "value = clamp(round_half_to_even(t / scale) + zero_point, qmin, qmax) (ONNX QuantizeLinear); "
@@ -89,6 +89,89 @@ class Binding(Config):
         return f"calibration '{self.calibration_set_name}' (set {self.calibration_set_id[:12]}, record {self.record_fingerprint[:12]})"
 
 
+@dataclasses.dataclass(frozen=True)
+class Estimate(Config):
+    """A metric pooled over a set (ratio of sums over images) with its percentile-bootstrap CI over images
+    (Efron & Tibshirani 1993, ch. 13): ``value``, ``ci`` = (low, high) at the set's confidence, ``n`` images."""
+
+    VERSIONED: ClassVar[bool] = False
+
+    value: float
+    ci: tuple[float, float]
+    n: int
+
+    def __str__(self) -> str:
+        return f"{self.value:.3f} [{self.ci[0]:.3f}, {self.ci[1]:.3f}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class Significance(Config):
+    """Whether a search moved a threshold away from FP32's: ``best`` candidate, its ``gain`` in the objective
+    over FP32's value, the paired-bootstrap CI of that gain, and ``moved`` (CI above zero)."""
+
+    VERSIONED: ClassVar[bool] = False
+
+    best: float
+    gain: float
+    gain_ci: tuple[float, float]
+    moved: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchRecord(Config):
+    """One threshold's search: number of ``candidates`` on the grid over ``range``, the ``objective`` (metric
+    name or rule in words) and, for objective searches, the :class:`Significance` of moving."""
+
+    VERSIONED: ClassVar[bool] = False
+
+    candidates: int
+    range: tuple[float, float]
+    objective: str
+    significance: Significance | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Bootstrap(Config):
+    """How confidence intervals were computed."""
+
+    VERSIONED: ClassVar[bool] = False
+
+    method: str
+    resamples: int
+    seed: int
+    confidence: float
+
+
+@dataclasses.dataclass(frozen=True)
+class OperatingPoint(Config):
+    """How a threshold set's values were chosen and what they achieve on the reference set.
+
+    ``thresholds``: values by label (``chosen``, ``fp32_thresholds``, ``previous_thresholds`` when a previous
+    calibration's thresholds exist); ``agreement`` / ``accuracy``: label -> metric name -> :class:`Estimate`
+    (agreement with FP32's decisions; accuracy against ground truth where the set is labelled);
+    ``false_alarm_rate``: label -> share of images with at least one item (mode ``fixed_far``);
+    ``primary_metric``: the task's primary agreement metric, the one ``min_agreement`` applies to.
+    """
+
+    VERSIONED: ClassVar[bool] = False
+
+    mode: str
+    images: int
+    grid_step: float
+    primary_metric: str
+    bootstrap: Bootstrap
+    reference_set: SetRef
+    search: dict[str, SearchRecord] = dataclasses.field(default_factory=dict)
+    thresholds: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    agreement: dict[str, dict[str, Estimate]] = dataclasses.field(default_factory=dict)
+    accuracy: dict[str, dict[str, Estimate]] = dataclasses.field(default_factory=dict)
+    false_alarm_rate: dict[str, Estimate] = dataclasses.field(default_factory=dict)
+
+    def primary(self, label: str = "chosen") -> Estimate | None:
+        """The primary agreement metric at the ``label`` thresholds (None when not measured)."""
+        return self.agreement.get(label, {}).get(self.primary_metric)
+
+
 @dataclasses.dataclass(frozen=True, repr=False)
 class ThresholdSet(Artifact):
     """Thresholds for one quantized model, bound to its calibration record (docs/ARCHITECTURE.md).
@@ -99,6 +182,7 @@ class ThresholdSet(Artifact):
     :mod:`quantkit.thresholds.operating_point`); ``fingerprint``: SHA-256 of everything else.
     """
 
+    SCHEMA_VERSION: ClassVar[int] = 2
     KIND: ClassVar[str] = "threshold set"
     FILENAME: ClassVar[str] = "thresholds.json"
     PRODUCER: ClassVar[str] = "quantkit bind"
@@ -109,7 +193,7 @@ class ThresholdSet(Artifact):
     fp32_values: dict[str, float] = dataclasses.field(default_factory=dict)
     integer_domain: dict[str, IntegerThreshold] = dataclasses.field(default_factory=dict)
     binding: Binding = dataclasses.field(default_factory=Binding)
-    operating_point: dict[str, Any] = dataclasses.field(default_factory=dict)
+    operating_point: OperatingPoint | None = None
     fingerprint: str = ""
 
     def validate(self) -> None:
@@ -117,9 +201,26 @@ class ThresholdSet(Artifact):
             if name not in self.values:
                 raise ConfigError(f"threshold set: integer_domain.{name} has no float value in values")
 
+    @classmethod
+    def migrate(cls, data: dict[str, Any], version: Any, path: Path) -> dict[str, Any]:
+        """Schema 1 (quantkit 0.1) -> 2: the operating point became typed. The version-1 fingerprint is checked
+        first (a hand-edited file stays refused); the untyped operating point is dropped (re-run ``quantkit
+        bind`` to get its estimates), everything the binding needs is kept."""
+        if version != 1:
+            return super().migrate(data, version, path)
+        old = dict(data)
+        claimed = old.pop("fingerprint", "")
+        if fingerprint(old) != claimed:
+            raise InputFileError(f"{path}: fingerprint does not match the content of this {cls.KIND} (edited by hand?){cls._rerun()}")
+        new = {k: v for k, v in data.items() if k not in ("operating_point", "fingerprint", "schema_version")}
+        new["schema_version"] = cls.SCHEMA_VERSION
+        obj = cls.from_dict(new, where=str(path)).sealed()
+        return obj.to_dict()
+
     def make_adapter(self, *, fp32: bool = False) -> Any:
-        """The task adapter at this set's thresholds (``fp32=True``: at the FP32 thresholds)."""
-        from ..thresholds.adapters import make_adapter
+        """The task adapter (:class:`quantkit.tasks.TaskAdapter`) at this set's thresholds (``fp32=True``: at
+        the FP32 thresholds)."""
+        from ..tasks import make_adapter
 
         return make_adapter(self.adapter, {**self.options, **(self.fp32_values if fp32 else self.values)})
 

@@ -181,7 +181,7 @@ def make_task_adapter(ts: Mapping[str, Any], values_key: str = "values") -> Any 
     if name is None:
         return None
     try:
-        from ..thresholds.adapters import make_adapter
+        from ..tasks import make_adapter
     except ImportError as e:
         if (e.name or "").startswith("quantkit.thresholds"):
             log.warning("quantkit.thresholds.adapters is unavailable; decision-level comparison is skipped")

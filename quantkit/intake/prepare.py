@@ -232,8 +232,20 @@ def _ort_pre_process(model: Any, tmp: Path) -> Any:
     return out
 
 
-def intake(model_path: str | Path, config: IntakeConfig, out: str | Path) -> IntakeResult:
+def output_shapes(model: Any) -> dict[str, list[Any]]:
+    """``{graph output: [dim, ...]}`` with ints for static dims and names (or None) for the others."""
+    out = {}
+    for o in model.graph.output:
+        dims = o.type.tensor_type.shape.dim
+        out[o.name] = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in dims]
+    return out
+
+
+def intake(model_path: str | Path, config: IntakeConfig, out: str | Path, task: Any = None) -> IntakeResult:
     """Take ``model_path`` in: write ``model.onnx``, ``export_note.json`` and ``intake.json`` under ``out``.
+
+    ``task`` (a :class:`quantkit.tasks.TaskAdapter`): the model's output shapes after the input is fixed must fit
+    the task's declared layout.
 
     Raises:
         ModelError: unreadable/corrupt model, wrong input, failed conversion or shape inference, or the
@@ -253,6 +265,8 @@ def intake(model_path: str | Path, config: IntakeConfig, out: str | Path) -> Int
     converted, conv_log = convert_opset(fixed, target, method=config.conversion, name=path)
     steps = ["onnx.shape_inference.infer_shapes(strict_mode=True, data_prop=True)"]
     prepared = _infer(converted, path)
+    if task is not None:
+        task.check_outputs(output_shapes(prepared))
 
     # samples: the text probe plus random images, each through the declared preprocessing
     probe = text_probe(config.input_size, seed=config.seed)

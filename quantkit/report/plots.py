@@ -16,7 +16,7 @@ import numpy as np
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
-    from .build import ShiftReport, SiteReport
+    from .model import ModelReport, SiteReport
 
 COLOURS = {"fp32": "#2b8a3e", "deployed": "#e8590c", "candidate": "#1c7ed6"}
 """Colour per model, shared by plots and thumbnails (FP32 green, deployed orange, candidate blue)."""
@@ -29,13 +29,13 @@ def png_bytes(fig: Figure, dpi: int = 80) -> bytes:
     return buf.getvalue()
 
 
-def score_cdf(site: SiteReport, ax: Any = None, *, threshold: float | None = None, bins: int = 50) -> Figure:
+def score_distribution(site: SiteReport, source: str, ax: Any = None, *, threshold: float | None = None, bins: int = 50) -> Figure:
     """Score distributions per model for one site set, from its ``score_hist.json``.
 
-    Drawn as the share of pixels per score bin (the 1000 stored bins summed into ``bins``) on a log
-    axis: a text-detection map is bimodal (background near 0, text near 1), and where INT8 departs
-    from FP32 is the sparse middle, which a linear axis or a CDF hides. ``threshold`` (e.g. FP32's
-    binarization threshold) is marked.
+    Drawn as the share of values per score bin (the 1000 stored bins summed into ``bins``) on a log axis:
+    a detector's scores are bimodal (background near 0, objects near 1), and where INT8 departs from FP32 is
+    the sparse middle, which a linear axis or a CDF hides. ``source`` names the values (the task's ``SCORES``);
+    ``threshold`` (e.g. FP32's binarization threshold) is marked.
     """
     from matplotlib.figure import Figure
 
@@ -52,43 +52,46 @@ def score_cdf(site: SiteReport, ax: Any = None, *, threshold: float | None = Non
         coarse = np.array([edges[g[0]] for g in groups] + [edges[-1]])
         ax.stairs(np.maximum(share, 1e-7), coarse, label=v, color=COLOURS.get(v), lw=1.4, baseline=None)
     if threshold is not None:
-        ax.axvline(threshold, color="k", ls=":", lw=1, label=f"thresh {threshold:g}")
+        ax.axvline(threshold, color="k", ls=":", lw=1, label=f"threshold {threshold:g}")
     ax.set_yscale("log")
-    ax.set_xlabel("output score s")
-    ax.set_ylabel("share of pixels")
-    ax.set_title(f"{site.name}: score distribution", fontsize=10)
+    ax.set_xlabel(source)
+    ax.set_ylabel("share of values")
+    ax.set_title(f"{site.name}: {source}", fontsize=10)
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
     return fig
 
 
-def agreement(report: ShiftReport) -> Figure:
-    """Grouped bars: pixel IoU vs FP32 per site set for deployed and candidate, with the pass line."""
+def agreement(model: ModelReport, min_agreement: float) -> Figure:
+    """Grouped bars: the primary agreement metric per site set for deployed and candidate, with the pass line."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(6.0, 2.8), layout="constrained")
     ax = fig.subplots()
-    names = [s.name for s in report.sites]
+    names = [s.name for s in model.sites]
     x = np.arange(len(names))
     for i, v in enumerate(("deployed", "candidate")):
-        vals = [(s.variant(v).pixel_iou_vs_fp32 if s.variant(v) else np.nan) for s in report.sites]  # type: ignore[union-attr]
+        vals = [(s.variant(v).agreement.get(model.primary.name, np.nan) if s.variant(v) else np.nan) for s in model.sites]  # type: ignore[union-attr]
         bars = ax.bar(x + (i - 0.5) * 0.38, vals, 0.38, label=v, color=COLOURS[v])
         ax.bar_label(bars, fmt="%.2f", fontsize=8)
-    ax.axhline(report.config.min_pixel_iou, color="k", ls="--", lw=1, label=f"pass ≥ {report.config.min_pixel_iou:.2f}")
+    ax.axhline(min_agreement, color="k", ls="--", lw=1, label=f"pass ≥ {min_agreement:.2f}")
     ax.set_xticks(x, names)
     ax.set_ylim(0, 1.1)
-    ax.set_ylabel("pixel IoU vs FP32")
+    ax.set_ylabel(model.primary.label)
+    ax.set_title(model.name, fontsize=10)
     ax.legend(fontsize=8, loc="lower right")
     return fig
 
 
-def drift_effects(report: ShiftReport) -> Figure:
-    """Heat map of image-statistic drift: Wasserstein effect / threshold per site set and statistic."""
+def drift_effects(sites: Sequence[SiteReport]) -> Figure:
+    """Heat map of image-statistic drift: effect / threshold per site set and statistic (Wasserstein where present)."""
     from matplotlib.figure import Figure
 
-    sites = [s for s in report.sites if s.drift]
-    stats = sorted({e["name"] for s in sites for e in s.drift.get("statistics", [])})  # type: ignore[union-attr]
+    from ..artifacts.drift import PLAIN_NAMES
+
+    sites = [s for s in sites if s.drift]
+    stats = sorted({e.name for s in sites for e in s.drift.statistics})  # type: ignore[union-attr]
     fig = Figure(figsize=(6.0, 0.6 + 0.3 * max(len(stats), 1)), layout="constrained")
     ax = fig.subplots()
     if not sites or not stats:
@@ -97,16 +100,16 @@ def drift_effects(report: ShiftReport) -> Figure:
         return fig
     grid = np.full((len(stats), len(sites)), np.nan)
     for j, s in enumerate(sites):
-        for e in s.drift.get("statistics", []):  # type: ignore[union-attr]
-            if e["metric"] == "wasserstein" or np.isnan(grid[stats.index(e["name"]), j]):
-                grid[stats.index(e["name"]), j] = e["effect"] / e["threshold"] if e["threshold"] > 0 else (10.0 if e["effect"] > 0 else 0.0)
+        for e in s.drift.statistics:  # type: ignore[union-attr]
+            if e.metric == "wasserstein" or np.isnan(grid[stats.index(e.name), j]):
+                grid[stats.index(e.name), j] = e.effect / e.threshold if e.threshold > 0 else (10.0 if e.effect > 0 else 0.0)
     im = ax.imshow(np.clip(grid, 0, 3), cmap="RdYlGn_r", vmin=0, vmax=3, aspect="auto")
     for (r, c), val in np.ndenumerate(grid):
         if np.isfinite(val):
             ax.text(c, r, f"{val:.1f}", ha="center", va="center", fontsize=7)
     ax.set_xticks(range(len(sites)), [s.name for s in sites])
-    ax.set_yticks(range(len(stats)), stats, fontsize=8)
-    fig.colorbar(im, ax=ax, label="effect / threshold (>1 moved)")
+    ax.set_yticks(range(len(stats)), [PLAIN_NAMES.get(n, n) for n in stats], fontsize=8)
+    fig.colorbar(im, ax=ax, label="change / normal variation (>1 moved)")
     return fig
 
 

@@ -1,49 +1,25 @@
-"""Task adapters and threshold sets bound to a calibration record's scales (docs/ARCHITECTURE.md).
+"""Threshold sets bound to a calibration record's scales (docs/ARCHITECTURE.md).
 
-* :mod:`.adapters`: raw outputs -> :class:`Decision` (``db_text``, ``classifier``, ``box_detector``; pluggable).
+* :mod:`.config`: ``params.yaml: thresholds`` (operating point, bind's agreement floor).
+* :mod:`.passes`: one model's outputs over a set, run once and kept.
+* :mod:`.search`: re-derivation of the thresholds by mode, with bootstrap estimates (:mod:`.stats`).
 * :mod:`.integer_domain`: float thresholds -> integer codes of a quantized tensor (ONNX QuantizeLinear).
-* :mod:`.binding`: integer-domain values from the quantized graph, append-only history (the set itself is
-  :class:`quantkit.artifacts.ThresholdSet`).
-* :mod:`.operating_point`: re-derivation on a reference set and the ``bind`` stage.
+* :mod:`.binding`: integer-domain values from the quantized graph, the append-only history.
+* :mod:`.bind`: the ``bind`` stage. The threshold set itself is :class:`quantkit.artifacts.ThresholdSet`;
+  what the outputs mean is the task adapter's (:mod:`quantkit.tasks`).
 """
 
-from ..artifacts.thresholds import Binding, IntegerThreshold, ThresholdSet
-from .adapters import (
-                       ADAPTERS,
-                       Adapter,
-                       BoxDetectorAdapter,
-                       ClassifierAdapter,
-                       DBTextAdapter,
-                       Decision,
-                       ThresholdSpec,
-                       make_adapter,
-                       match_count,
-                       polygon_iou,
-                       register_adapter,
-)
+from ..artifacts.thresholds import Binding, Estimate, IntegerThreshold, OperatingPoint, ThresholdSet
+from .bind import BindResult, bind
 from .binding import append_history, integer_domain_for, output_qdq, read_history
-from .integer_domain import (
-                       decision_code,
-                       dequantize_linear,
-                       integer_threshold,
-                       quantize_linear,
-)
-from .operating_point import (
-                       BindResult,
-                       Derivation,
-                       ModelPass,
-                       OperatingPointConfig,
-                       ThresholdsConfig,
-                       bind,
-                       bootstrap_ratio,
-                       derive_operating_point,
-                       run_pass,
-)
+from .config import OperatingPointConfig, ThresholdsConfig
+from .integer_domain import decision_code, dequantize_linear, integer_threshold, quantize_linear
+from .passes import ModelPass, run_pass
+from .search import Derivation, derive_operating_point
+from .stats import bootstrap_ratio
 
 __all__ = [
-    "ADAPTERS", "Adapter", "BindResult", "Binding", "BoxDetectorAdapter", "ClassifierAdapter", "DBTextAdapter", "Decision",
-    "Derivation", "IntegerThreshold", "ModelPass", "OperatingPointConfig", "ThresholdSet", "ThresholdSpec",
-    "ThresholdsConfig", "append_history", "bind", "bootstrap_ratio", "decision_code", "dequantize_linear",
-    "derive_operating_point", "integer_domain_for", "integer_threshold", "make_adapter",
-    "match_count", "output_qdq", "polygon_iou", "quantize_linear", "read_history", "register_adapter", "run_pass",
+    "BindResult", "Binding", "Derivation", "Estimate", "IntegerThreshold", "ModelPass", "OperatingPoint", "OperatingPointConfig",
+    "ThresholdSet", "ThresholdsConfig", "append_history", "bind", "bootstrap_ratio", "decision_code", "dequantize_linear",
+    "derive_operating_point", "integer_domain_for", "integer_threshold", "output_qdq", "quantize_linear", "read_history", "run_pass",
 ]

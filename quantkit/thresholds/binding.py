@@ -19,7 +19,7 @@ from .._io import atomic_write_bytes
 from ..artifacts.record import CalibrationRecord
 from ..artifacts.thresholds import IntegerThreshold, ThresholdSet
 from ..errors import BindingMismatchError, InputFileError, ModelError
-from .adapters import Adapter
+from ..tasks import TaskAdapter
 from .integer_domain import integer_threshold
 
 log = logging.getLogger(__name__)
@@ -68,18 +68,30 @@ def output_qdq(model_path: str | os.PathLike[str], output: str = "") -> dict[str
     return {"output": name, "quantized_input": q.input[0], "scale": float(scale[0]), "zero_point": zp, "dtype": dtype}
 
 
-def integer_domain_for(adapter: Adapter, values: Mapping[str, float], model_path: str | os.PathLike[str],
+def integer_domain_for(task: TaskAdapter, values: Mapping[str, float], model_path: str | os.PathLike[str],
                        record: CalibrationRecord | None = None, record_path: str = "record") -> dict[str, IntegerThreshold]:
-    """Integer-domain form of each threshold that applies to the adapter's (QDQ-quantized) output.
+    """Integer-domain form of each threshold the task compares with a (QDQ-quantized, per-tensor) output.
 
     Raises:
         BindingMismatchError: the record's scale/zero point for that tensor differ from the model's.
     """
-    qdq = output_qdq(model_path, adapter.output)
-    if qdq is None:
-        log.info("%s: output is not QDQ-quantized per tensor; thresholds stay float only", model_path)
-        return {}
-    tensor = qdq["output"]
+    out = {}
+    for spec in task.THRESHOLDS:
+        if not (spec.on_output and spec.name in values):
+            continue
+        qdq = output_qdq(model_path, task.threshold_tensor(spec))
+        if qdq is None:
+            log.info("%s: output of threshold %s is not QDQ-quantized per tensor; it stays float only", model_path, spec.name)
+            continue
+        tensor = _record_tensor(qdq, model_path, record, record_path)
+        out[spec.name] = integer_threshold(values[spec.name], tensor=tensor, scale=qdq["scale"], zero_point=qdq["zero_point"],
+                                           dtype=qdq["dtype"], comparison=spec.comparison, reduction=spec.reduction)  # type: ignore[arg-type]
+    return out
+
+
+def _record_tensor(qdq: Mapping[str, Any], model_path: str | os.PathLike[str], record: CalibrationRecord | None, record_path: str) -> str:
+    """The record's name for the quantized output, after checking its scale and zero point are the model's."""
+    tensor = str(qdq["output"])
     if record is not None:
         entry = record.find(qdq["output"]) or record.find(qdq["quantized_input"])
         if entry is not None:
@@ -90,12 +102,7 @@ def integer_domain_for(adapter: Adapter, values: Mapping[str, float], model_path
                     f"{record_path}: tensor {entry.name!r} has scale {sc:g}/zero point {zp} "
                     f"but {model_path} uses {qdq['scale']:g}/{qdq['zero_point']}; the record is not this model's, re-run 'quantkit quantize'")
             tensor = entry.name
-    out = {}
-    for spec in adapter.THRESHOLDS:
-        if spec.on_output and spec.name in values:
-            out[spec.name] = integer_threshold(values[spec.name], tensor=tensor, scale=qdq["scale"], zero_point=qdq["zero_point"],
-                                               dtype=qdq["dtype"], comparison=spec.comparison, reduction=spec.reduction)  # type: ignore[arg-type]
-    return out
+    return tensor
 
 
 # -- append-only history -----------------------------------------------------------------------------
@@ -110,7 +117,8 @@ def history_entry(ts: ThresholdSet, previous: Mapping[str, Any] | None) -> dict[
         "values": dict(sorted(ts.values.items())),
         "fp32_values": dict(sorted(ts.fp32_values.items())),
         "integer_values": {k: v.decision_value for k, v in sorted(ts.integer_domain.items())},
-        "mode": ts.operating_point.get("mode", ""),
+        "mode": ts.operating_point.mode if ts.operating_point else "",
+        "reference_set_id": ts.operating_point.reference_set.set_id if ts.operating_point else "",
         "record_fingerprint": b.record_fingerprint,
         "calibration_set_id": b.calibration_set_id,
         "calibration_set_name": b.calibration_set_name,
@@ -131,6 +139,10 @@ def history_entry(ts: ThresholdSet, previous: Mapping[str, Any] | None) -> dict[
             reasons.append(f"operating point mode changed: {previous.get('mode')} -> {entry['mode']}")
         if previous.get("fp32_values") != entry["fp32_values"]:
             reasons.append("FP32 thresholds changed in params")
+        if previous.get("reference_set_id", entry["reference_set_id"]) != entry["reference_set_id"]:
+            reasons.append(f"reference set changed: {str(previous.get('reference_set_id'))[:12]} -> {entry['reference_set_id'][:12]}")
+        if previous.get("adapter") != entry["adapter"]:
+            reasons.append(f"task changed: {previous.get('adapter')} -> {entry['adapter']}")
         if not reasons:
             reasons.append("re-derived with the same inputs")
     entry["changed"] = {k: [(previous or {}).get("values", {}).get(k), v] for k, v in entry["values"].items()

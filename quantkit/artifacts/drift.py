@@ -1,0 +1,159 @@
+"""The drift result (``work/drift/<site>.json``): is a site set still like the deployed calibration set?
+
+Written by ``quantkit drift``; read by the report. ``changed`` says the images moved beyond the calibration
+set's own variability (or INT8 activations clip more); whether to recalibrate also depends on whether the
+deployed model still agrees with FP32, which the report decides with the evaluation (the same words in both).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, ClassVar
+
+from ..config import Config
+from .base import Artifact
+from .record import SetRef
+
+PLAIN_NAMES = {
+    "width": "image width",
+    "height": "image height",
+    "brightness_mean": "brightness",
+    "brightness_p5": "shadow brightness (p5)",
+    "brightness_p50": "median brightness",
+    "brightness_p95": "highlight brightness (p95)",
+    "contrast_rms": "contrast",
+    "cast_rg": "red/green colour balance",
+    "cast_bg": "blue/green colour balance",
+    "saturation_mean": "colour saturation",
+    "sharpness_lapvar": "sharpness",
+    "noise_sigma": "noise",
+    "clip_dark": "crushed-black pixels",
+    "clip_bright": "blown-out pixels",
+}
+"""Plain names of the image statistics (:mod:`quantkit.calibset.stats`) for readers who are not ML engineers."""
+
+SIZE_STATISTICS = ("width", "height")
+"""Statistics reported but never enough on their own to call a set changed: the model input is resized anyway."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StatisticEffect(Config):
+    """One statistic under one effect-size metric: the site set's effect vs the calibration-derived threshold."""
+
+    VERSIONED: ClassVar[bool] = False
+
+    name: str
+    metric: str
+    effect: float
+    threshold: float
+    moved: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class StatisticChange(Config):
+    """How one statistic changed: medians of calibration and site set, relative change, verdict.
+
+    ``separation`` is the Jensen-Shannon distance (base 2, 0..1) between the calibration and site values on
+    the calibration quantile bins: bounded and unitless, so it ranks statistics of different units.
+    """
+
+    VERSIONED: ClassVar[bool] = False
+
+    name: str
+    calibration_median: float
+    site_median: float
+    relative_change: float
+    metrics_moved: int
+    moved: bool
+    separation: float = 0.0
+
+    @property
+    def label(self) -> str:
+        return PLAIN_NAMES.get(self.name, self.name)
+
+    @property
+    def describable(self) -> bool:
+        """Whether the medians describe the change: false when the calibration median is 0."""
+        return self.calibration_median != 0 and math.isfinite(self.calibration_median) and math.isfinite(self.site_median)
+
+    @property
+    def phrase(self) -> str:
+        """Plain words, e.g. ``"brightness fell 68%"`` or ``"noise rose 2.1x"``."""
+        c, s = self.calibration_median, self.site_median
+        if c == 0:
+            return f"{self.label} changed from 0 to {s:.3g}"
+        ratio = s / c
+        if ratio >= 2.0:
+            return f"{self.label} rose {ratio:.1f}x"
+        if ratio <= 0.0:
+            return f"{self.label} changed from {c:.3g} to {s:.3g}"
+        return f"{self.label} {'rose' if ratio > 1 else 'fell'} {100.0 * abs(ratio - 1.0):.0f}%"
+
+
+@dataclasses.dataclass(frozen=True)
+class ClippedTensor(Config):
+    VERSIONED: ClassVar[bool] = False
+
+    tensor: str
+    rate: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Clipping(Config):
+    """Activation clipping of the INT8 model: fraction of FP32 activation values outside the INT8 range.
+
+    ``rate`` (site) and ``baseline`` (calibration) are means over quantized activation tensors of the
+    per-tensor clipped fraction (0..1); ``worst`` the top tensors on the site set.
+    """
+
+    VERSIONED: ClassVar[bool] = False
+
+    rate: float
+    baseline: float
+    threshold: float
+    moved: bool
+    images: int
+    baseline_images: int
+    tensors: int
+    worst: tuple[ClippedTensor, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class DriftResult(Artifact):
+    """Outcome of a drift check. ``statistics``: one entry per (statistic, metric); ``changes``: one per
+    statistic; ``clipping``: None when not measured; ``changed``: the images (or clipping) moved beyond the
+    calibration set's variability; ``reasons``: plain sentences."""
+
+    KIND: ClassVar[str] = "drift result"
+    PRODUCER: ClassVar[str] = "quantkit drift"
+    SCHEMA_VERSION: ClassVar[int] = 2
+
+    site_set: SetRef
+    calibration_set: SetRef
+    statistics: tuple[StatisticEffect, ...]
+    changes: tuple[StatisticChange, ...]
+    clipping: Clipping | None
+    changed: bool
+    reasons: tuple[str, ...]
+    config: dict[str, Any]
+    record_fingerprint: str = ""
+
+    @property
+    def moved(self) -> list[str]:
+        """Names of the statistics that moved."""
+        return [c.name for c in self.changes if c.moved]
+
+    @classmethod
+    def migrate(cls, data: dict[str, Any], version: Any, path: Any) -> dict[str, Any]:
+        """Schema 1 (quantkit 0.1): ``recalibrate`` -> ``changed``, set dicts with ``path`` kept, clipping ``worst``
+        as it was."""
+        if version != 1:
+            return super().migrate(data, version, path)
+        d = {k: v for k, v in data.items() if k != "recalibrate"}
+        d["changed"] = bool(data.get("recalibrate"))
+        d["schema_version"] = cls.SCHEMA_VERSION
+        return d
+
+    def __repr__(self) -> str:
+        return f"DriftResult(site={self.site_set.name!r}, changed={self.changed}, moved={self.moved})"

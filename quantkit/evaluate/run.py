@@ -1,0 +1,200 @@
+"""The ``evaluate`` stage: FP32 and quantized models on a site set, decisions compared through the task adapter.
+
+Every image is decoded once and each model runs once on it (streaming: one image's outputs in memory).
+Variants: ``fp32`` (the task's FP32 thresholds from params), ``<role>`` (the role's bound threshold set) and
+``<role>@fp32-thresholds`` (the same INT8 outputs at the FP32 thresholds: what happens when thresholds are not
+re-derived). Threshold sets are checked against their records and model files first
+(:meth:`quantkit.artifacts.ThresholdSet.check_binding`); a mismatch refuses before any inference.
+
+Output folder (written atomically): ``summary.json`` (:class:`quantkit.artifacts.EvalSummary`), ``per_image.csv``
+(image, variant, n_detections, the primary metric of the image, then every count behind the task's metrics),
+``score_hist.json`` (``{bin_edges (1001 over [0, 1]), counts{model}, source}``: what the task's
+``histogram_values`` are, accumulated per model) and ``detections.json`` (per image and variant, the decision in
+source-image pixels). Nothing machine-dependent is written (no timings), so the same inputs give the same bytes.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._io import atomic_output_dir, atomic_write_json, atomic_write_text, sha256_file
+from ..artifacts.evaluation import EvalSummary, EvaluatedModel, MetricInfo, VariantSummary
+from ..artifacts.record import SetRef
+from ..artifacts.thresholds import ThresholdSet
+from ..errors import ConfigError, InputFileError
+from ..note import ExportNote
+from ..progress import progress
+from ..tasks import Decision, TaskAdapter
+from ..thresholds.binding import QUANT_MODEL
+
+log = logging.getLogger(__name__)
+
+HIST_BINS = 1000
+FP32_SUFFIX = "@fp32-thresholds"
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class EvalResult:
+    """What :func:`evaluate` wrote: the folder and the summary."""
+
+    path: Path
+    summary: EvalSummary
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": str(self.path), **self.summary.to_dict()}
+
+    def __repr__(self) -> str:
+        return f"EvalResult({self.path}, {self.summary!r})"
+
+
+def _fp32_dir(fp32_dir: str | os.PathLike[str]) -> Path:
+    fdir = Path(fp32_dir)
+    if fdir.is_file():
+        raise InputFileError(f"{fdir}: --fp32 expects the intake folder (model.onnx + export_note.json), not a model file")
+    if not (fdir / "model.onnx").is_file():
+        raise InputFileError(f"{fdir / 'model.onnx'}: FP32 model not found; --fp32 expects the intake folder "
+                             "(model.onnx + export_note.json): run 'quantkit intake' first")
+    return fdir
+
+
+def _roles(quantized: Mapping[str, tuple[str | os.PathLike[str], str | os.PathLike[str]]], task: TaskAdapter,
+           fp32_digest: str) -> dict[str, tuple[Path, ThresholdSet]]:
+    """Load and check every role's threshold set against its record, model file, task and FP32 model."""
+    roles: dict[str, tuple[Path, ThresholdSet]] = {}
+    for role, (qdir, tpath) in quantized.items():
+        if role == "fp32" or FP32_SUFFIX in role:
+            raise ConfigError(f"role name {role!r} is reserved; use e.g. deployed or candidate")
+        qmodel = Path(qdir) / QUANT_MODEL
+        if not qmodel.is_file():
+            raise InputFileError(f"{qmodel}: quantized model not found; run 'quantkit quantize' first")
+        ts = ThresholdSet.load_bound(tpath, qdir, model_path=qmodel)
+        if ts.adapter != task.name:
+            raise ConfigError(f"{tpath}: task {ts.adapter!r} differs from params task.adapter {task.name!r}; re-run 'quantkit bind'")
+        if ts.binding.model_digest != fp32_digest:
+            raise InputFileError(f"{tpath}: bound to FP32 model {ts.binding.model_digest[:12]} but --fp32 holds {fp32_digest[:12]}; "
+                                 f"pass the intake folder the model was quantized from, or re-run quantize and bind")
+        if ts.fp32_values != task.thresholds():
+            log.warning("%s: FP32 thresholds %s differ from params %s; using params for the fp32 variants", tpath, ts.fp32_values, task.thresholds())
+        roles[role] = (qmodel, ts)
+    return roles
+
+
+def image_row(image: str, variant: str, n_detections: int, counts: Mapping[str, float], primary: Any) -> dict[str, Any]:
+    """One ``per_image.csv`` row: the image's item count, its primary metric (empty when undefined) and its counts."""
+    value = primary.value(counts) if counts.get(primary.den, 0) > 0 else ""
+    return {"image": image, "variant": variant, "n_detections": n_detections,
+            f"{primary.name}": round(value, 6) if value != "" else "", **{k: round(float(v), 6) for k, v in counts.items()}}
+
+
+def summarize_rows(rows: list[dict[str, Any]], variants: list[str], task: TaskAdapter, labelled: bool) -> dict[str, VariantSummary]:
+    out: dict[str, VariantSummary] = {}
+    keys = sorted({k for r in rows for k in r} - {"image", "variant", "n_detections", task.primary_metric().name})
+    for v in variants:
+        rs = [r for r in rows if r["variant"] == v]
+        det = np.array([r["n_detections"] for r in rs], np.float64)
+        counts = {k: round(float(sum(float(r[k]) for r in rs if r.get(k, "") != "")), 6) for k in keys}
+        agreement = {m.name: round(float(m.value(counts)), 6) for m in task.AGREEMENT if v != "fp32"}
+        accuracy = {m.name: round(float(m.value(counts)), 6) for m in task.ACCURACY} if labelled else {}
+        out[v] = VariantSummary(images=len(rs), detections_per_image=round(float(det.mean()), 6) if len(rs) else 0.0,
+                                alarm_rate=round(float((det > 0).mean()), 6) if len(rs) else 0.0,
+                                agreement=agreement, accuracy=accuracy, counts=counts)
+    return out
+
+
+def rows_csv(rows: list[dict[str, Any]], primary: str) -> str:
+    keys = sorted({k for r in rows for k in r} - {"image", "variant", "n_detections", primary})
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=["image", "variant", "n_detections", primary, *keys], lineterminator="\n", restval="")
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def evaluate(site_dir: str | os.PathLike[str], fp32_dir: str | os.PathLike[str],
+             quantized: Mapping[str, tuple[str | os.PathLike[str], str | os.PathLike[str]]],
+             task: TaskAdapter, out: str | os.PathLike[str]) -> EvalResult:
+    """Evaluate FP32 and quantized models on a site set and write the evaluation folder ``out``.
+
+    Args:
+        site_dir: a set folder (``images/`` + ``manifest.json``); labels the task reads are used when present.
+        fp32_dir: the intake folder (``model.onnx`` + ``export_note.json``).
+        quantized: role (``deployed``, ``candidate``) -> (quantized folder, threshold set JSON).
+        task: the task adapter at the FP32 thresholds (``params.yaml: task``).
+        out: output folder, replaced whole on success, untouched on failure.
+
+    Raises:
+        BindingMismatchError: a threshold set does not belong to its quantized folder's record/model.
+        InputFileError / ModelError / CalibrationSetError / ConfigError: bad inputs (one line each).
+    """
+    from ..calibset import CalibrationSet
+    from ..calibset.reader import CalibrationSetReader
+    from ..runner import OrtRunner
+
+    fdir = _fp32_dir(fp32_dir)
+    fmodel = fdir / "model.onnx"
+    fp32_digest = sha256_file(fmodel)
+    note = ExportNote.load(fdir / "export_note.json")
+    roles = _roles(quantized, task, fp32_digest)
+    cset = CalibrationSet.load(site_dir)
+    reader = CalibrationSetReader(cset, note.preprocessing, batch_size=1)
+    variants = ["fp32"] + list(roles) + [r + FP32_SUFFIX for r in roles]
+    tasks = {"fp32": task, **{r: ts.make_adapter() for r, (_, ts) in roles.items()}, **{r + FP32_SUFFIX: task for r in roles}}
+    edges = np.linspace(0.0, 1.0, HIST_BINS + 1)
+    hist = {m: np.zeros(HIST_BINS, np.int64) for m in ["fp32", *roles]}
+    rows: list[dict[str, Any]] = []
+    detections: dict[str, dict[str, Any]] = {}
+    primary = task.primary_metric()
+    runners = {"fp32": OrtRunner(fmodel, name="fp32"), **{r: OrtRunner(m, name=r) for r, (m, _) in roles.items()}}
+    labelled = True
+    for r in runners.values():
+        r.activate()
+    try:
+        for entries, x, tfs in progress(reader.iter_with_transforms(), total=len(reader), desc=f"evaluate {cset.name}"):
+            e, tf = entries[0], tfs[0]
+            feed = {note.preprocessing.input_name: x}
+            outputs = {m: r.infer(feed) for m, r in runners.items()}
+            if not rows:
+                for m, o in outputs.items():
+                    task.check_outputs({k: list(v.shape) for k, v in o.items()})
+            truth = task.truth(e.labels, tf)
+            labelled = labelled and truth is not None
+            decs = {v: tasks[v].decide(outputs[v.split("@")[0]]) for v in variants}
+            for m in hist:
+                hist[m] += np.histogram(np.clip(tasks[m].histogram_values(outputs[m]), 0, 1), edges)[0]
+            detections[e.file] = {}
+            for v in variants:
+                counts = dict(task.agreement(decs["fp32"], decs[v])) if v != "fp32" else {}
+                if truth is not None:
+                    counts.update(task.accuracy(truth, decs[v]))
+                rows.append(image_row(e.file, v, len(decs[v]), counts, primary))
+                detections[e.file][v] = decs[v].to_json(tf)
+    finally:
+        for r in runners.values():
+            r.deactivate()
+    summary = EvalSummary(
+        site_set=SetRef(set_id=cset.set_id, name=cset.name, camera=cset.camera, lighting=cset.lighting, count=cset.count),
+        fp32_model_digest=fp32_digest, task=task.name, task_options=task.options(), primary_metric=primary.name,
+        metrics=tuple([MetricInfo(m.name, m.label, "agreement", m.higher_is_better, m.description) for m in task.AGREEMENT]
+                      + [MetricInfo(m.name, m.label, "accuracy", m.higher_is_better, m.description) for m in task.ACCURACY]),
+        item=task.ITEM, scores=task.SCORES, labelled=labelled, images=len(detections), fp32_thresholds=task.thresholds(),
+        variants=summarize_rows(rows, variants, task, labelled),
+        models={r: EvaluatedModel(ts.binding.record_fingerprint, ts.binding.quantized_model_digest, ts.binding.calibration_set_name,
+                                  ts.fingerprint, dict(ts.values), dict(ts.fp32_values),
+                                  {k: v.decision_value for k, v in ts.integer_domain.items()}) for r, (_, ts) in roles.items()},
+    )
+    with atomic_output_dir(out) as tmp:
+        atomic_write_text(tmp / "per_image.csv", rows_csv(rows, primary.name))
+        atomic_write_json(tmp / "score_hist.json", {"bin_edges": [round(float(v), 6) for v in edges],
+                                                    "counts": {k: v.tolist() for k, v in hist.items()}, "source": task.SCORES})
+        atomic_write_json(tmp / "detections.json", {"coordinates": "source image pixels", "images": detections})
+        summary.save(tmp / EvalSummary.FILENAME)
+    return EvalResult(Path(out), summary)

@@ -1,0 +1,194 @@
+"""Render a :class:`ShiftReport` as self-contained HTML (Jinja2, autoescaped), Markdown, DVC metrics and plots.
+
+The HTML embeds every figure as a base64 PNG and every thumbnail as a base64 JPEG, with inline CSS: it opens
+offline and is byte-identical for the same inputs. Machine-dependent measurements (latency) are not in it: a
+small script fills the "Speed on this machine" section from ``machine/measurements.js`` beside the report when
+that file exists (written by ``quantkit measure``). :func:`write_report` renders everything in memory first,
+then writes each file atomically (``plots/`` is swapped in whole), so a failure leaves the previous report.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from pathlib import Path
+from typing import Any
+
+from markupsafe import Markup
+
+from .._io import atomic_output_dir, atomic_write_json, atomic_write_text, canonical_json
+from ..versions import tool_versions
+from . import plots
+from .model import ModelReport, ShiftReport
+from .verdict import drift_label
+
+log = logging.getLogger(__name__)
+
+TASK_WORDS = {"db_text": "text detection (DB probability map)", "box_detector": "object detection (boxes)",
+              "classifier": "classification", "ctc_text": "text recognition (CTC)", "segmentation": "binary segmentation"}
+
+SPEED_JS = """
+(function () {
+  var m = window.QUANTKIT_MEASUREMENTS, box = document.getElementById("speed");
+  if (!m || !box || !m.latency || !m.latency.length) { return; }
+  var esc = function (s) { return String(s).replace(/[&<>"]/g, function (c) { return {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c]; }); };
+  var rows = m.latency.map(function (r) {
+    return "<tr><td class='l'>" + esc(r.model) + "</td><td class='l'>" + esc(r.variant) + "</td><td class='l'>" + esc(r.runtime) +
+      "</td><td>" + esc(r.threads) + "</td><td>" + r.median_ms.toFixed(1) + "</td><td>" + (r.vs_fp32 ? r.vs_fp32.toFixed(2) + "x" : "–") + "</td></tr>";
+  });
+  box.innerHTML = "<p>Measured on " + esc(m.machine || "this machine") + " (" + esc(m.method || "") + "). These figures change with the machine.</p>" +
+    "<table id='speed-table'><tr><th class='l'>model</th><th class='l'>variant</th><th class='l'>runtime</th><th>threads</th><th>median ms</th>" +
+    "<th>speed-up vs FP32</th></tr>" + rows.join("") + "</table>";
+})();
+"""
+
+
+def _img(data: bytes | None, mime: str, alt: str) -> Markup:
+    if not data:
+        return Markup("<i>image not available</i>")
+    return Markup('<img alt="{}" src="data:{};base64,{}">').format(alt, mime, base64.b64encode(data).decode("ascii"))
+
+
+def _png(fig: Any, alt: str) -> Markup:
+    return _img(plots.png_bytes(fig), "image/png", alt)
+
+
+def _variants(m: ModelReport) -> list[str]:
+    order = ("deployed", "candidate", "deployed@fp32-thresholds", "candidate@fp32-thresholds")
+    return [v for v in order if any(s.variant(v) for s in m.sites)]
+
+
+def _threshold_of_scores(m: ModelReport) -> float | None:
+    """FP32's first threshold that compares the values the score plot shows (marked on it)."""
+    first = next((t for t in m.thresholds if t["tensor"]), None)
+    return first["fp32"] if first and isinstance(first["fp32"], float) else None
+
+
+def _figures(m: ModelReport, report: ShiftReport) -> dict[str, Markup]:
+    figs = {"agreement": _png(plots.agreement(m, report.config.min_agreement), f"{m.name}: {m.primary.label} per site set"),
+            "drift": _png(plots.drift_effects(m.sites), f"{m.name}: image statistic changes")}
+    thresh = _threshold_of_scores(m)
+    for s in m.sites:
+        figs[f"score:{s.name}"] = _png(plots.score_distribution(s, m.scores, threshold=thresh), f"{s.name} score distribution")
+    return figs
+
+
+def _thumbs(m: ModelReport, px: int) -> dict[str, list[Markup]]:
+    out = {}
+    for s in m.sites:
+        out[s.name] = [_img(plots.thumbnail(s.images_dir / ex.image, ex.polygons, px) if s.images_dir else None, "image/jpeg", ex.image)
+                       for ex in s.examples]
+    return out
+
+
+def _fallback_html(m: ModelReport) -> Markup:
+    fb = m.fallback or {}
+    kept = fb.get("kept") or fb.get("kept_nodes") or []
+    target = fb.get("target")
+    metric = fb.get("metric", m.primary.label)
+    return Markup("<p>The candidate was made one model for every condition: {} kept in float (the rest INT8) so that {} reaches "
+                  "{} on every reference set. Nodes kept in float: <code>{}</code>.</p>").format(
+        f"{len(kept)} nodes", metric, target if target is not None else "the target", ", ".join(map(str, kept[:40])) + (" ..." if len(kept) > 40 else ""))
+
+
+def render_html(report: ShiftReport) -> str:
+    """The report as one self-contained HTML document (UTF-8 text), deterministic for the same report."""
+    from importlib import resources
+
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.PackageLoader("quantkit.report", "templates"), autoescape=jinja2.select_autoescape(["html", "j2"]),
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    css = resources.files("quantkit.report").joinpath("templates/style.css").read_text(encoding="utf-8")
+    cfg = report.config
+    ctx = {
+        "report": report, "config": cfg, "css": Markup(css), "colours": plots.COLOURS, "speed_js": Markup(SPEED_JS),
+        "task_words": {m.name: TASK_WORDS.get(m.task, m.task) for m in report.models},
+        "variants": {m.name: _variants(m) for m in report.models},
+        "rules": {m.name: cfg.rule(m.primary.label, m.item) for m in report.models},
+        "drift_labels": {m.name: {s.name: drift_label(s) for s in m.sites} for m in report.models},
+        "agreement_metrics": {m.name: [x for x in m.metrics if x.kind == "agreement"][:2] for m in report.models},
+        "accuracy_metrics": {m.name: [x for x in m.metrics if x.kind == "accuracy"][:3] for m in report.models},
+        "more_metrics": {m.name: [x for x in m.metrics if x.kind == "agreement"][2:] for m in report.models},
+        "drift_metrics": sorted({e.metric for m in report.models for s in m.sites if s.drift for e in s.drift.statistics}),
+        "effects": {m.name: {s.name: {(e.name, e.metric): e for e in (s.drift.statistics if s.drift else ())} for s in m.sites} for m in report.models},
+        "figures": {m.name: _figures(m, report) for m in report.models},
+        "thumbs": {m.name: _thumbs(m, cfg.thumbnail_px) for m in report.models},
+        "fallback_html": {m.name: _fallback_html(m) for m in report.models if m.fallback},
+        "provenance": {m.name: canonical_json(m.provenance) for m in report.models},
+        "versions": canonical_json(tool_versions(("quantkit", "onnx", "onnxruntime", "numpy", "pandas", "scipy", "matplotlib"), python=True)),
+    }
+    return env.get_template("shift_report.html.j2").render(**ctx)
+
+
+def render_markdown(report: ShiftReport) -> str:
+    """The same verdicts and per-site figures as Markdown."""
+    lines = [f"# {report.title}", ""]
+    for m in report.models:
+        lines += [f"## {m.name}: **{m.decision.upper()}**", ""] + [f"- {v}" for v in m.verdict] + [""]
+        lines += [f"| site set | model | status | {m.primary.label} | {m.item}s / image | Δ vs FP32 | what changed in the images |",
+                  "|---|---|---|---|---|---|---|"]
+        for s in m.sites:
+            for x in s.metrics:
+                lines.append(f"| {s.name} | {x.variant} | {x.status if x.variant != 'fp32' else '–'} | "
+                             f"{x.agreement.get(m.primary.name, float('nan')):.3f} | {x.detections_per_image:.2f} | {x.detection_change:+.0%} | "
+                             f"{drift_label(s)[0] if x.variant == 'deployed' else ''} |")
+        lines += ["", "| threshold | FP32 | deployed | deployed int | candidate | candidate int |", "|---|---|---|---|---|---|"]
+        for t in m.thresholds:
+            lines.append(f"| {t['name']} | " + " | ".join("–" if t[k] is None else str(t[k]) for k in ("fp32", "deployed", "deployed_int", "candidate", "candidate_int")) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot_tables(report: ShiftReport) -> dict[str, str]:
+    """DVC plot data: ``{file name: CSV text}`` (agreement per model x site x variant, score CDFs)."""
+    import numpy as np
+
+    files: dict[str, str] = {}
+    rows = ["model_site_variant,agreement,detections_per_image,alarm_rate"]
+    for m in report.models:
+        for s in m.sites:
+            for x in s.metrics:
+                rows.append(f"{m.name}/{s.name}/{x.variant},{x.agreement.get(m.primary.name, 1.0):.6g},{x.detections_per_image:.6g},{x.alarm_rate:.6g}")
+            hist = s.score_hist or {}
+            edges = np.asarray(hist.get("bin_edges", []), float)
+            for v, counts in sorted((hist.get("counts") or {}).items()):
+                c = np.asarray(counts, float)
+                if "@" in v or c.sum() <= 0 or edges.size != c.size + 1:
+                    continue
+                cdf = np.cumsum(c) / c.sum()
+                files[f"score_cdf-{m.name}-{s.name}-{v}.csv"] = "score,cdf\n" + "".join(f"{a:.6g},{b:.6g}\n" for a, b in zip(edges[1:], cdf))
+    files["agreement.csv"] = "\n".join(rows) + "\n"
+    return files
+
+
+def _check_out(out: Path) -> None:
+    from ..errors import InputFileError
+
+    if out.exists() and not out.is_dir():
+        raise InputFileError(f"{out}: is a file; the report's output is a folder, choose another --out")
+    for name in ("shift_report.html", "shift_report.md", "metrics.json"):
+        if (out / name).is_dir():
+            raise InputFileError(f"{out / name}: is a folder where the report writes a file; remove it or choose another --out")
+    if (out / "plots").exists() and not (out / "plots").is_dir():
+        raise InputFileError(f"{out / 'plots'}: is a file where the report writes a folder; remove it or choose another --out")
+
+
+def write_report(report: ShiftReport, out: str | Path) -> dict[str, Path]:
+    """Render and write ``shift_report.html``, ``shift_report.md``, ``metrics.json`` and ``plots/*.csv``.
+
+    Everything is rendered before the first write; each file is replaced atomically and ``plots/`` is swapped
+    in whole. Returns ``{"html", "markdown", "metrics", "plots"}`` paths.
+    """
+    out = Path(out)
+    _check_out(out)
+    html_text = render_html(report)
+    md_text = render_markdown(report)
+    tables = plot_tables(report)
+    with atomic_output_dir(out / "plots") as tmp:
+        for name, text in tables.items():
+            (tmp / name).write_text(text, encoding="utf-8")
+    paths = {"html": atomic_write_text(out / "shift_report.html", html_text), "markdown": atomic_write_text(out / "shift_report.md", md_text),
+             "metrics": atomic_write_json(out / "metrics.json", report.metrics_dict()), "plots": out / "plots"}
+    log.info("report written to %s (%d bytes HTML)", out, len(html_text.encode("utf-8")))
+    return paths

@@ -1,0 +1,160 @@
+"""The decision for a quality lead, in plain words (what to do first, then the facts behind it).
+
+* **switch to candidate**: the candidate is green on every site set (and, when the deployed model is green
+  everywhere too, agrees with FP32 more closely on average);
+* **keep deployed**: the deployed model is green on every site set and no candidate does better;
+* **needs review**: the deployed model is amber or red somewhere and the candidate does not fix every site set.
+
+A candidate with the deployed model's record fingerprint is the deployed calibration itself (e.g. right after
+deploying): nothing is compared and the deployed model is judged alone. Image changes (drift) are worded the same
+way as ``quantkit drift`` words them ("changed", "no change"), combined with whether the model still agrees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..artifacts.drift import DriftResult
+from ..artifacts.evaluation import MetricInfo
+from .config import ReportConfig
+from .model import STATUS_CODE, ShiftMetrics, SiteReport
+
+_LIGHTING = {"brightness_mean", "brightness_p5", "brightness_p50", "brightness_p95", "contrast_rms", "clip_dark", "clip_bright"}
+_CAMERA = {"width", "height", "sharpness_lapvar", "noise_sigma", "saturation_mean", "cast_rg", "cast_bg"}
+
+
+def cause(drift: DriftResult | None) -> str:
+    """The likely cause of a drift in plain words.
+
+    Brightness, contrast and clipped pixels moving means the lighting changed; less light also raises noise,
+    shifts the colour cast and lowers sharpness, so those are not blamed on the camera then. The camera (or
+    its optics) is named when sharpness, noise or colour moved while brightness did not.
+    """
+    if drift is None:
+        return "no drift check available"
+    from ..drift.statistics import describe_changes
+
+    names = {c.name for c in drift.changes if c.moved}
+    kinds = []
+    lighting = bool(names & _LIGHTING)
+    if lighting:
+        kinds.append("the lighting changed")
+    if not lighting and names & (_CAMERA - {"width", "height"}):
+        kinds.append("the camera or its optics changed")
+    if not kinds and drift.clipping is not None and drift.clipping.moved:
+        kinds.append("activations leave the calibrated ranges")
+    if not kinds:
+        return "no image statistic moved"
+    phrases = describe_changes(drift.changes)
+    more = f"; {len(phrases) - 3} more" if len(phrases) > 3 else ""
+    return f"{' and '.join(kinds)} ({'; '.join(phrases[:3])}{more})" if phrases else " and ".join(kinds)
+
+
+def drift_label(site: SiteReport) -> tuple[str, str]:
+    """``(words, css class)`` of a site set's image change, read together with the deployed model's status: the
+    same words ``quantkit drift`` prints ("changed", "no change"), plus what it means for the model."""
+    if site.drift is None:
+        return "–", ""
+    if not site.drift.changed:
+        return "no change", "green"
+    dep = site.variant("deployed")
+    if dep is not None and dep.status == "green":
+        return "changed, model still agrees", "neutral"
+    return "changed, recalibrate", "red"
+
+
+def _names(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def short(primary: MetricInfo) -> str:
+    """The metric's label without "vs FP32" (the sentences say what it is compared with)."""
+    return primary.label.replace(" vs FP32", "")
+
+
+def value_words(m: ShiftMetrics, primary: MetricInfo) -> str:
+    """``pixel IoU 0.87 (95% CI 0.85-0.89, 32 images)``."""
+    v = m.agreement.get(primary.name, float("nan"))
+    ci = f"95% CI {m.primary_ci[0]:.2f}-{m.primary_ci[1]:.2f}, " if m.primary_ci else ""
+    return f"{short(primary)} {v:.2f} ({ci}{m.images} images)"
+
+
+def _mean(d: dict[str, ShiftMetrics | None], primary: MetricInfo) -> float:
+    vals = [m.agreement.get(primary.name, np.nan) for m in d.values() if m]
+    return float(np.mean(vals)) if vals else float("nan")
+
+
+def _facts(sites: Sequence[SiteReport], dep: dict[str, ShiftMetrics | None], primary: MetricInfo, item: str, deployed_cal: str) -> list[str]:
+    facts = []
+    for s in sites:
+        m = dep[s.name]
+        if m is None:
+            continue
+        if m.status != "green":
+            facts.append(f"On {s.name} the deployed INT8 model (calibrated on {deployed_cal}) agrees with FP32 at {value_words(m, primary)}, "
+                         f"{m.status}, and changes {item}s per image by {100 * m.detection_change:+.0f}%: {cause(s.drift)}.")
+        elif s.drift is not None and s.drift.changed:
+            facts.append(f"On {s.name} the images changed ({cause(s.drift)}) but the deployed model still agrees with FP32 "
+                         f"({value_words(m, primary)}): no action needed there now.")
+    return facts
+
+
+def verdict(sites: Sequence[SiteReport], primary: MetricInfo, item: str, deployed_cal: str, candidate_cal: str | None, cfg: ReportConfig,
+            *, same_calibration: bool = False) -> tuple[str, list[str]]:
+    """Decision (one of :data:`quantkit.report.model.DECISIONS`) and plain sentences: the first says what to do and
+    why, the others give the facts (sample sizes and 95% bootstrap CIs) and the commands that carry it out."""
+    dep = {s.name: s.variant("deployed") for s in sites}
+    cand = {s.name: s.variant("candidate") for s in sites}
+    bad = [n for n, m in dep.items() if m and m.status != "green"]
+    has_candidate = bool(candidate_cal) and any(cand.values()) and not same_calibration
+    facts = _facts(sites, dep, primary, item, deployed_cal)
+    status_words = {n: f"{short(primary)} {m.agreement.get(primary.name, float('nan')):.2f}, {m.status}" for n, m in dep.items() if m}
+    disagrees = "the deployed model disagrees with FP32 on " + _names([f"{n} ({status_words[n]})" for n in bad]) if bad else ""
+    if not has_candidate:
+        same = "the candidate is the deployed calibration, nothing to compare; " if same_calibration else ""
+        if bad:
+            return "needs review", [f"Needs review: {same}{disagrees}; recalibrate on images that cover the conditions of {_names(bad)}.", *facts]
+        return "keep deployed", [f"Keep deployed: {same}the deployed model agrees with FP32 on every site set ("
+                                 + ", ".join(f"{n} {short(primary)} {m.agreement.get(primary.name, float('nan')):.2f}" for n, m in dep.items() if m)
+                                 + ").", *facts]
+    fixes = [n for n, c in cand.items() if c and dep[n] and STATUS_CODE[c.status] < STATUS_CODE[dep[n].status]]  # type: ignore[union-attr]
+    breaks = [n for n, c in cand.items() if c and dep[n] and STATUS_CODE[c.status] > STATUS_CODE[dep[n].status]]  # type: ignore[union-attr]
+    still = [n for n, c in cand.items() if c and c.status != "green" and n not in breaks]
+    cand_green = all(c is not None and c.status == "green" for c in cand.values())
+    md, mc = _mean(dep, primary), _mean(cand, primary)
+    deploy_cmd = (f"To deploy it: set calibrations.deployed.calibration_set to the candidate's calibration set ({candidate_cal}) in params.yaml, "
+                  "run 'dvc repro', review 'dvc metrics diff', and commit.")
+    if cand_green and (bad or mc > md + 1e-9):
+        decision = "switch to candidate"
+        why = f"fixes {_names(fixes)}" if fixes else f"agrees more closely (mean {short(primary)} {mc:.2f} vs {md:.2f})"
+        head = f"Switch to the candidate (calibrated on {candidate_cal}): it agrees with FP32 on every site set and {why}."
+    elif not bad:
+        decision = "keep deployed"
+        if breaks:
+            tail = f"recalibrating on {candidate_cal} would break {_names(breaks)}"
+        elif cand_green:
+            tail = f"the candidate (calibrated on {candidate_cal}) is green too but no closer (mean {short(primary)} {mc:.2f} vs {md:.2f})"
+        else:
+            tail = f"the candidate (calibrated on {candidate_cal}) is not green on {_names(still)}"
+        head = f"Keep deployed: the deployed model agrees with FP32 on every site set; {tail}."
+    else:
+        decision = "needs review"
+        recal = f"recalibrating on {candidate_cal}"
+        if fixes and breaks:
+            tail = f"{recal} fixes {_names(fixes)} but breaks {_names(breaks)}; compose a calibration set that covers both conditions"
+        elif fixes:
+            tail = f"{recal} fixes {_names(fixes)} but still disagrees on {_names(still)}; add images of those conditions to the calibration set"
+        else:
+            tail = f"{recal} does not fix it; recalibrate on images that cover the conditions of {_names(bad)}"
+        head = f"Needs review: {disagrees}; {tail}."
+    moves = [f"{n} {dep[n].status} → {c.status} ({short(primary)} {dep[n].agreement.get(primary.name, float('nan')):.2f} → "  # type: ignore[union-attr]
+             f"{c.agreement.get(primary.name, float('nan')):.2f})" for n, c in cand.items() if c and dep[n]]
+    lines = [head, *facts, f"The candidate (calibrated on {candidate_cal}): " + "; ".join(moves) + "."]
+    changed = [f"{n} {100 * c.detection_change:+.0f}%" for n, c in cand.items() if c and abs(c.detection_change) > cfg.max_detection_change]
+    if changed:
+        lines.append(f"The candidate's {item}s per image vs FP32: " + ", ".join(changed) + ".")
+    if decision == "switch to candidate":
+        lines.append(deploy_cmd)
+    return decision, lines
