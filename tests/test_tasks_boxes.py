@@ -218,3 +218,15 @@ def test_input_size_comes_from_the_export_note():
     assert a.with_model(m).input_size == (0, 0)  # symbolic input, no note: unknown
     ExportNote(preprocessing=Preprocessing(input_size=(96, 128))).embed(m)
     assert a.with_model(m).input_size == (96, 128)
+
+
+def test_nms_pixel_inclusive_offset_and_class_wise_groups():
+    from quantkit.tasks.boxdecode import nms
+
+    xyxy = np.array([[0, 0, 10, 10], [4, 0, 14, 10], [4, 0, 14, 10]], np.float32)  # IoU 60/140 = 0.43, or 77/165 = 0.47 with +1
+    scores = np.array([0.9, 0.8, 0.7], np.float32)
+    labels = np.array([0, 0, 1])
+    assert nms(xyxy, scores, labels, 0.45).tolist() == [0, 1, 2]
+    assert nms(xyxy, scores, labels, 0.45, offset=1).tolist() == [0, 2]          # class 1 is not suppressed by class 0
+    assert nms(xyxy, scores, labels, 0.45, class_agnostic=True).tolist() == [0, 1]  # identical boxes 1 and 2
+    assert nms(xyxy, scores, labels, 0.45, class_agnostic=True, offset=1).tolist() == [0]

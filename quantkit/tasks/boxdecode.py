@@ -1,6 +1,6 @@
 """Box decoding helpers: grid/stride decoding of raw YOLO heads, box formats, greedy NMS, corner polygons.
 
-Pure numpy (NMS through OpenCV); the adapter that uses them is :class:`quantkit.tasks.boxes.BoxDetectorAdapter`.
+Pure numpy; the adapter that uses them is :class:`quantkit.tasks.boxes.BoxDetectorAdapter`.
 
 Grid decoding (one row per grid cell, levels in ``strides`` order, cells row-major: ``x`` fastest):
 
@@ -112,18 +112,32 @@ def logit(p: float) -> float:
     return float(_logit(np.float64(p)))
 
 
-def nms(xyxy: np.ndarray, scores: np.ndarray, labels: np.ndarray, iou_thresh: float, class_agnostic: bool = False) -> np.ndarray:
-    """Indices kept by greedy NMS, sorted by score descending: class-wise or, with ``class_agnostic``,
-    across classes (OpenCV ``cv2.dnn.NMSBoxesBatched``; one group for all). A box is dropped when its IoU with a kept, higher-scoring box
-    is ``> iou_thresh``."""
-    import cv2
+def nms(xyxy: np.ndarray, scores: np.ndarray, labels: np.ndarray, iou_thresh: float, class_agnostic: bool = False,
+        offset: float = 0.0) -> np.ndarray:
+    """Indices kept by greedy NMS, by score descending: a box is dropped when its IoU with a kept, higher-scoring
+    box is ``> iou_thresh``; class-wise (boxes of different labels never suppress each other) unless
+    ``class_agnostic``.
 
+    ``offset`` is added to widths and heights: 0 for continuous coordinates (OpenCV ``cv2.dnn.NMSBoxes``,
+    torchvision), 1 for pixel-inclusive boxes (``x1 - x0 + 1``) as py-faster-rcnn's ``py_cpu_nms``, YOLOX
+    ``yolox/utils/demo_utils.py`` ``nms`` and ddddocr compute them.
+    """
     if len(scores) == 0:
         return np.zeros(0, np.int64)
-    xywh = np.stack([xyxy[:, 0], xyxy[:, 1], xyxy[:, 2] - xyxy[:, 0], xyxy[:, 3] - xyxy[:, 1]], axis=1).tolist()
-    # score threshold below every score: the score threshold was applied before, with its own comparison
-    floor = float(scores.min()) - 1.0
-    groups = [0] * len(scores) if class_agnostic else labels.tolist()
-    idx = cv2.dnn.NMSBoxesBatched(xywh, scores.tolist(), groups, floor, float(iou_thresh))
-    idx = np.asarray(idx, dtype=np.int64).reshape(-1)
-    return idx[np.argsort(-scores[idx], kind="stable")]
+    b = np.asarray(xyxy, np.float64)
+    if not class_agnostic:  # shift each class to its own region (torchvision ``batched_nms``)
+        b = b + (np.asarray(labels, np.float64) * (b.max() - b.min() + 2 * offset + 1))[:, None]
+    x0, y0, x1, y1 = b.T
+    areas = (x1 - x0 + offset) * (y1 - y0 + offset)
+    order = np.argsort(-np.asarray(scores, np.float64), kind="stable")
+    keep = []
+    while order.size:
+        i, rest = order[0], order[1:]
+        keep.append(i)
+        w = np.clip(np.minimum(x1[i], x1[rest]) - np.maximum(x0[i], x0[rest]) + offset, 0, None)
+        h = np.clip(np.minimum(y1[i], y1[rest]) - np.maximum(y0[i], y0[rest]) + offset, 0, None)
+        inter = w * h
+        union = areas[i] + areas[rest] - inter
+        iou = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+        order = rest[iou <= iou_thresh]
+    return np.asarray(keep, np.int64)

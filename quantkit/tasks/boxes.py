@@ -20,7 +20,8 @@ when not declared). Grid decoding formulas and their sources: :mod:`quantkit.tas
 
 Score of a candidate = best class score x objectness (YOLOv5/YOLOX ``conf = obj_conf * cls_conf``), after the
 optional ``sigmoid``; ``background_class`` (SSD's class 0) never wins. Candidates with ``score > score_thresh``
-go through greedy NMS at ``iou_thresh`` (class-wise, or across classes with ``class_agnostic``).
+go through greedy NMS at ``iou_thresh`` (class-wise, or across classes with ``class_agnostic``; ``nms_offset: 1``
+for pixel-inclusive box areas as YOLOX's demo and ddddocr compute them, see :func:`~quantkit.tasks.boxdecode.nms`).
 
 Thresholds: ``score_thresh`` is compared with the scores output (:meth:`~BoxDetectorAdapter.threshold_tensor`);
 its integer-domain form is the threshold on that tensor's own scale (:meth:`~BoxDetectorAdapter.tensor_value`:
@@ -94,6 +95,7 @@ class BoxDetectorAdapter(TaskAdapter):
     boxes_output: str = ""
     background_class: int = -1
     class_agnostic: bool = False
+    nms_offset: float = 0.0
     match_iou: float = 0.5
 
     # -- options ---------------------------------------------------------------------------------------
@@ -118,6 +120,8 @@ class BoxDetectorAdapter(TaskAdapter):
                                   "all of the same length")
             if not self.sigmoid:
                 raise ConfigError("task.options.sigmoid: decode 'yolov5' reads the raw logits of Detect; set sigmoid: true")
+        if self.nms_offset not in (0.0, 1.0):
+            raise ConfigError(f"task.options.nms_offset: {self.nms_offset} must be 0 (continuous boxes) or 1 (pixel-inclusive)")
         if any(s <= 0 for s in self.strides) or any(d < 0 for d in self.input_size):
             raise ConfigError("task.options: strides and input_size must be positive")
 
@@ -255,7 +259,7 @@ class BoxDetectorAdapter(TaskAdapter):
         if not keep.any():
             return empty_decision()
         b, s, lab = xyxy[keep], scores[keep], labels[keep]
-        idx = nms(b, s, lab, self.iou_thresh, self.class_agnostic)
+        idx = nms(b, s, lab, self.iou_thresh, self.class_agnostic, self.nms_offset)
         return Decision(corners(b[idx]), s[idx], lab[idx])
 
     def decision_tensors(self, shapes: Shapes) -> tuple[DecisionTensor, ...]:
