@@ -40,7 +40,7 @@ def _rec_input(img: np.ndarray) -> np.ndarray:
 
     h, w = img.shape[:2]
     width = int(48 * max(320 / 48, w / h))
-    rw = min(width, int(math.ceil(48 * w / h)))
+    rw = min(width, math.ceil(48 * w / h))
     r = cv2.resize(img[..., ::-1], (rw, 48)).astype(np.float32).transpose(2, 0, 1) / 255
     out = np.zeros((1, 3, 48, width), np.float32)
     out[0, :, :, :rw] = (r - 0.5) / 0.5
@@ -65,7 +65,7 @@ def test_ppocr_recognizer_reads_rendered_label_lines():
     a = make_adapter("ctc_text", {}).with_model(model)
     a.check_outputs(_output_shapes(model))  # [N, T, 6625]: blank + 6623 characters from metadata_props + space
     assert len(a.characters()) == 6625
-    rapidocr = CTCLabelDecode(character=[p.value for p in model.metadata_props if p.key == "character"][0].splitlines())
+    rapidocr = CTCLabelDecode(character=next(p.value for p in model.metadata_props if p.key == "character").splitlines())
     rng = np.random.default_rng(1)
     texts = [label_text(rng) for _ in range(6)]
     read = []

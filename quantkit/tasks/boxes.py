@@ -155,7 +155,7 @@ class BoxDetectorAdapter(TaskAdapter):
     def _cells(self) -> int:
         return grid_cells(self.input_size, self.strides, self._per_cell)
 
-    def with_model(self, model: Any) -> "BoxDetectorAdapter":
+    def with_model(self, model: Any) -> BoxDetectorAdapter:
         """Fill ``input_size`` from the model when the layout needs it and it is not declared: the export note's
         ``input_size`` (intake writes it), else the first input's static spatial dims (NCHW when dim 1 is 1, 3
         or 4, else NHWC)."""

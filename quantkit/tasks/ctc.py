@@ -116,14 +116,14 @@ class CTCTextAdapter(TaskAdapter):
             raise ConfigError(f"task.options.blank: {self.blank} must be 0 (first class) or -1 (last class)")
 
     # -- character list ----------------------------------------------------------------------------------
-    def _with_table(self, chars: list[str]) -> "CTCTextAdapter":
+    def _with_table(self, chars: list[str]) -> CTCTextAdapter:
         table = list(chars) + ([" "] if self.space else [])
         table = ["<blank>", *table] if self.blank == 0 else [*table, "<blank>"]
         new = dataclasses.replace(self)
         object.__setattr__(new, "_table", tuple(table))
         return new
 
-    def with_model(self, model: Any) -> "CTCTextAdapter":
+    def with_model(self, model: Any) -> CTCTextAdapter:
         """Resolve the character list: ``character_file`` when set, else the model's ``metadata_props``
         entry ``character_key`` (split into lines as rapidocr does). Without either, :meth:`decide` raises."""
         if self.character_file:
@@ -133,7 +133,7 @@ class CTCTextAdapter(TaskAdapter):
                 return self._with_table(p.value.splitlines())
         return self
 
-    def replace(self, **changes: Any) -> "CTCTextAdapter":
+    def replace(self, **changes: Any) -> CTCTextAdapter:
         new = super().replace(**changes)
         if self._table is not None and not {"character_file", "character_key", "blank", "space"} & set(changes):
             object.__setattr__(new, "_table", self._table)
@@ -214,11 +214,6 @@ class CTCTextAdapter(TaskAdapter):
 
     def tensor_value(self, spec: ThresholdSpec, value: float) -> float | None:
         return None if self.softmax else float(value)
-
-    def summary(self, decision: Decision) -> dict[str, float]:
-        out = super().summary(decision)
-        out["chars"] = float(len(decision.top[1])) if decision.top is not None else 0.0
-        return out
 
     # -- agreement -------------------------------------------------------------------------------------
     @staticmethod

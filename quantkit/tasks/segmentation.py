@@ -20,8 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..errors import ConfigError, ModelError
-from .base import (Decision, DecisionTensor, MetricSpec, Outputs, Shapes, TaskAdapter, ThresholdSpec, empty_decision,
-                   register_adapter)
+from .base import Decision, DecisionTensor, MetricSpec, Outputs, Shapes, TaskAdapter, ThresholdSpec, empty_decision, register_adapter
 from .boxdecode import corners, logit, sigmoid
 from .boxes import LOGIT_RANGE
 from .maps import PIXEL_IOU, item_metrics, map_agreement_counts
