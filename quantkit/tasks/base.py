@@ -219,6 +219,21 @@ class TaskAdapter(Config):
         """The graph output a threshold is compared with ("" = the model's first output)."""
         return self.output
 
+    def tensor_value(self, spec: ThresholdSpec, value: float) -> float | None:
+        """The value on :meth:`threshold_tensor`'s own scale that threshold ``value`` stands for, for its
+        integer-domain form: ``value`` itself (default: the tensor holds the scores the threshold compares),
+        its logit where the task applies a sigmoid to the tensor, None where no single tensor value
+        corresponds (e.g. a softmax over logits): then the threshold stays float only."""
+        return float(value)
+
+    def with_model(self: T, model: Any) -> T:
+        """This adapter completed from the loaded model (an ``onnx.ModelProto``): what decoding reads from the
+        model rather than from options (a CTC recognizer's character list in ``metadata_props``, the input
+        size a box decoder scales by). Consumers call it once after loading a model and before
+        :meth:`check_outputs` / :meth:`decide` (an FP32 model and its quantized copy carry the same
+        metadata). Default: ``self``."""
+        return self
+
     # -- layout --------------------------------------------------------------------------------------
     def check_outputs(self, shapes: Shapes) -> None:
         """Check the model's output shapes against this task's declared layout (called at intake and before

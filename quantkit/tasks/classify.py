@@ -1,4 +1,4 @@
-"""Classification: scores ``[N, C]`` -> one class per image (fires when its score passes ``cls_thresh``).
+"""Classification: scores ``[N, C]`` or ``[N, C, 1, 1]`` -> one class per image (fires when its score passes ``cls_thresh``).
 
 Agreement with FP32: top-1 agreement (the same argmax class; primary) and decision F1 (both fire, with the
 same class); against a ground-truth ``labels.class``: top-1 accuracy.
@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..errors import ConfigError, ModelError
+from ..errors import ConfigError
 from .base import Decision, DecisionTensor, MetricSpec, Outputs, Shapes, TaskAdapter, ThresholdSpec, empty_decision, register_adapter
 from .matching import item_counts
 
@@ -31,7 +31,7 @@ def _no_geometry(n: int) -> np.ndarray:
 @register_adapter
 @dataclasses.dataclass(frozen=True, repr=False)
 class ClassifierAdapter(TaskAdapter):
-    """Classification: scores ``[N, C]`` (softmax probabilities, or logits with ``softmax: true``).
+    """Classification: scores ``[N, C]`` or ``[N, C, 1, 1]`` (softmax probabilities, or logits with ``softmax: true``).
 
     One item per image, label = argmax, kept when its score ``> cls_thresh`` (rapidocr's ``TextClassifier``
     rule: ``score > self.cls_thresh``; default 0.9). ``positive_class`` (>= 0) restricts items to that class
@@ -67,8 +67,9 @@ class ClassifierAdapter(TaskAdapter):
     def probabilities(self, outputs: Outputs) -> np.ndarray:
         """``(C,) float32`` class probabilities of a batch-of-one output."""
         arr = self.select_output(outputs)
-        if arr.shape[0] != 1:
-            raise ModelError(f"task 'classifier': expected batch 1, got output shape {list(arr.shape)}")
+        if arr.ndim < 2 or arr.shape[0] != 1 or any(d != 1 for d in arr.shape[2:]):
+            raise self.layout_error(self.output or "output 0", list(arr.shape), "classifier [1, C] or [1, C, 1, 1] scores",
+                                    "run one image per inference and pick the scores output")
         p = np.asarray(arr, np.float32).reshape(-1)
         if self.softmax:
             from scipy.special import softmax
@@ -93,6 +94,10 @@ class ClassifierAdapter(TaskAdapter):
     def decision_tensors(self, shapes: Shapes) -> tuple[DecisionTensor, ...]:
         name, _ = self._output_shape(shapes)
         return () if self.softmax else (DecisionTensor(name, None, 0, 1, 0.0, 1.0, "class probabilities"),)
+
+    def tensor_value(self, spec: ThresholdSpec, value: float) -> float | None:
+        """The threshold itself on a probabilities output; None on logits (a softmax is not elementwise)."""
+        return None if self.softmax else float(value)
 
     def agreement(self, ref: Decision, got: Decision) -> dict[str, float]:
         same = ref.top is not None and got.top is not None and ref.top[0] == got.top[0]

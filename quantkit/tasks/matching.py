@@ -42,7 +42,7 @@ def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.where(union > 0, inter / union, 0.0)
 
 
-def match(iou: np.ndarray, *, pred_labels: Sequence[int] | None = None, truth_labels: Sequence[int] | None = None,
+def match(iou: np.ndarray, *, pred_labels: Sequence[int] | np.ndarray | None = None, truth_labels: Sequence[int] | np.ndarray | None = None,
           min_iou: float = 0.5) -> tuple[int, float]:
     """Greedy one-to-one matching on an IoU matrix ``(P, T)``: returns ``(matches, sum of matched IoUs)``."""
     if iou.size == 0:
