@@ -36,13 +36,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=640, help="deployment input size for the inference estimate")
     ap.add_argument("--runs", type=int, default=5, help="timed inference runs for the estimate")
     args = ap.parse_args(argv)
-    from quantkit.report import ReportConfig, ReportInputs, make_report
+    from quantkit.report import ModelInputs, ReportConfig, make_report
     from quantkit.report.synthetic import write_inputs
 
     with tempfile.TemporaryDirectory() as tmp:
         per_site = args.images // 3
         p = write_inputs(Path(tmp), images_per_site=per_site, image_size=640, seed=1)
-        inputs = ReportInputs(p["eval"], p["drift"], p["deployed"], p["deployed_thresholds"], p["candidate"], p["candidate_thresholds"], p["site_sets"])
+        inputs = [ModelInputs.from_work_dir(p["work"], site_sets=p["site_sets"])]
         t0 = time.perf_counter()
         make_report(inputs, ReportConfig(), Path(tmp) / "reports")
         build_s = time.perf_counter() - t0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tarfile
 from pathlib import Path
 
@@ -235,7 +234,7 @@ def test_pickled_array_is_never_loaded(bundle: Path, tmp_path: Path) -> None:
     assert "missing" in next(c.detail for c in r.failures if c.name == "0000 prob")
 
 
-def test_decision_level_mismatch_and_adapter_fallback(bundle: Path, tmp_path: Path, monkeypatch) -> None:
+def test_decision_level_mismatch(bundle: Path, tmp_path: Path) -> None:
     members = read_members(bundle)
     man = json.loads(members["manifest.json"])
     dec = man["golden"]["samples"][1]["decision_int8"]
@@ -244,11 +243,6 @@ def test_decision_level_mismatch_and_adapter_fallback(bundle: Path, tmp_path: Pa
     tampered = repack(members, tmp_path, update_manifest=False)
     r = verify_bundle(tampered)
     assert [(c.kind, c.name) for c in r.failures] == [("decision", "0001")] and "items" in r.failures[0].detail
-    # without quantkit.thresholds.adapters: tensor-level only, decisions skipped, bundle still passes
-    monkeypatch.setitem(sys.modules, "quantkit.thresholds.adapters", None)
-    r = verify_bundle(bundle)
-    assert r.ok and all(c.status == "skip" for c in r.checks if c.kind == "decision")
-    assert any("tensor-level" in c.detail for c in r.checks if c.kind == "decision")
 
 
 def test_runtime_version_difference_warns_or_fails(bundle: Path, tmp_path: Path, capsys) -> None:

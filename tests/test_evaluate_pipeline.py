@@ -12,7 +12,7 @@ import pytest
 
 from quantkit._io import sha256_file
 from quantkit.cli.main import main
-from quantkit.errors import BindingMismatchError, CalibrationSetError
+from quantkit.errors import AgreementError, BindingMismatchError, CalibrationSetError
 from quantkit.note import ExportNote, Preprocessing
 
 SIZE = 128
@@ -69,7 +69,9 @@ def _quantize(src: Path, sset_dir: Path, out: Path, note: ExportNote) -> None:
     from quantkit.quantize.scales import extract_scales
 
     tensors = extract_scales(onnx.load(str(out / "model_int8.onnx")), onnx.load(str(src)), calibrator="minmax")
-    cs = {"path": str(sset_dir), "set_id": cset.set_id, "name": cset.name, "camera": cset.camera, "lighting": cset.lighting, "count": cset.count}
+    from quantkit.artifacts import SetRef
+
+    cs = SetRef(path=str(sset_dir), set_id=cset.set_id, name=cset.name, camera=cset.camera, lighting=cset.lighting, count=cset.count)
     digest = sha256_file(src)
     CalibrationRecord(fingerprint=CalibrationRecord.compute_fingerprint(tensors, digest, cset.set_id, "test"), model_digest=digest,
                       quantized_model_digest=sha256_file(out / "model_int8.onnx"), calibration_set=cs, config={}, config_hash="test",
@@ -93,8 +95,8 @@ def work(tmp_path_factory):
     _quantize(intake / "model.onnx", root / "calib-day", root / "q" / "deployed", note)
     _quantize(intake / "model.onnx", root / "calib-night", root / "q" / "candidate", note)
     params = root / "params.yaml"
-    params.write_text("thresholds:\n  adapter: db_text\n  options: {thresh: 0.3, box_thresh: 0.5, unclip_ratio: 1.6}\n"
-                      "  operating_point: {mode: keep_fp32, grid_step: 0.02, bootstrap_resamples: 200}\n")
+    params.write_text("task:\n  adapter: db_text\n  options: {thresh: 0.3, box_thresh: 0.5, unclip_ratio: 1.6}\n"
+                      "thresholds:\n  operating_point: {mode: keep_fp32, grid_step: 0.02, bootstrap_resamples: 200}\n")
     return root
 
 
@@ -125,12 +127,12 @@ def test_bind_writes_bound_thresholds_with_integer_domain_and_history(work, caps
         assert (it.tensor, it.dtype, it.comparison) == ("sigmoid_0.tmp_0", "uint8", cmp)
         assert it.scale == pytest.approx(sig.scale[0]) and it.zero_point == sig.zero_point[0]
     op = ts.operating_point
-    assert op["mode"] == "keep_fp32" and op["reference_set"]["name"] == "ref-day"
-    for key in ("pixel_iou_vs_fp32", "agreement_vs_fp32"):
-        assert {"chosen", "fp32_thresholds"} <= set(op[key])
-    pix = op["pixel_iou_vs_fp32"]
-    assert pix["chosen"]["ci"][0] <= pix["chosen"]["value"] <= pix["chosen"]["ci"][1]
-    assert pix["chosen"]["value"] >= pix["fp32_thresholds"]["value"]  # the search includes the FP32 value
+    assert op.mode == "keep_fp32" and op.reference_set.name == "ref-day" and op.primary_metric == "pixel_iou"
+    assert {"chosen", "fp32_thresholds"} <= set(op.agreement) and {"pixel_iou", "box_f1"} <= set(op.agreement["chosen"])
+    pix = op.agreement["chosen"]["pixel_iou"]
+    assert pix.ci[0] <= pix.value <= pix.ci[1]
+    assert pix.value >= op.agreement["fp32_thresholds"]["pixel_iou"].value  # the search includes the FP32 value
+    assert op.accuracy["chosen"]["recall"].value > 0.5  # the reference set is labelled: accuracy vs ground truth too
     # deterministic bytes; a re-run appends nothing to the history
     before = (work / "th/deployed.json").read_bytes()
     assert _bind(work, "deployed") == 0 and (work / "th/deployed.json").read_bytes() == before
@@ -155,7 +157,7 @@ def test_history_records_a_recalibration_and_old_set_is_refused(work, capsys):
     assert text.startswith(first)  # earlier lines untouched
     last = json.loads(text.splitlines()[-1])
     assert "calibration set changed: calib-day" in last["reason"] and "calib-night" in last["reason"]
-    assert "previous_thresholds" in ThresholdSet.load(work / "th" / "recal.json").operating_point["thresholds"]
+    assert "previous_thresholds" in ThresholdSet.load(work / "th" / "recal.json").operating_point.thresholds
     with pytest.raises(BindingMismatchError, match=r"derived for calibration 'calib-day'.*quantkit bind"):
         ThresholdSet.load_bound(work / "th/deployed.json", recal)
 
@@ -166,19 +168,24 @@ def test_evaluate_writes_the_contract_folder(work, capsys):
     out = work / "eval" / "site-night"
     assert main(_eval_args(work, out)) == 0
     assert sorted(p.name for p in out.iterdir()) == [".quantkit-output", "detections.json", "per_image.csv", "score_hist.json", "summary.json"]
+    from quantkit.artifacts import EvalSummary
+
     rows = list(csv.DictReader((out / "per_image.csv").open()))
     variants = ["fp32", "deployed", "candidate", "deployed@fp32-thresholds", "candidate@fp32-thresholds"]
     assert [r["variant"] for r in rows[:5]] == variants and len(rows) == 2 * 5
-    assert list(rows[0])[:9] == ["image", "variant", "n_detections", "pixel_iou_vs_fp32", "box_f1_vs_fp32", "tp", "fp", "fn", "latency_ms"]
-    fp = [r for r in rows if r["variant"] == "fp32"]
-    assert all(float(r["pixel_iou_vs_fp32"]) == 1.0 and float(r["box_f1_vs_fp32"]) == 1.0 for r in fp)
-    summary = json.loads((out / "summary.json").read_text())
-    assert set(summary["variants"]) == set(variants) and summary["labelled"] is True
-    s = summary["variants"]["deployed"]
-    inter = sum(int(r["pixel_intersection"]) for r in rows if r["variant"] == "deployed")
-    union = sum(int(r["pixel_union"]) for r in rows if r["variant"] == "deployed")
-    assert s["pixel_iou_vs_fp32"] == pytest.approx(inter / union, abs=1e-6)
-    assert summary["variants"]["fp32"]["recall"] > 0.5  # the detector finds the rendered text
+    assert list(rows[0])[:4] == ["image", "variant", "n_detections", "pixel_iou"] and "latency_ms" not in rows[0]
+    assert {"pixel_inter", "pixel_union", "agree_tp", "agree_f1_num", "gt_tp", "gt_fn"} <= set(rows[0])
+    summary = EvalSummary.load(out)
+    assert set(summary.variants) == set(variants) and summary.labelled and summary.primary_metric == "pixel_iou"
+    s = summary.variants["deployed"]
+    inter = sum(float(r["pixel_inter"]) for r in rows if r["variant"] == "deployed")
+    union = sum(float(r["pixel_union"]) for r in rows if r["variant"] == "deployed")
+    assert s.agreement["pixel_iou"] == pytest.approx(inter / union, abs=1e-6)
+    assert summary.variants["fp32"].accuracy["recall"] > 0.5  # the detector finds the rendered text
+    assert summary.models["deployed"].record_fingerprint == json.loads((work / "q/deployed/record.json").read_text())["fingerprint"]
+    again = work / "eval" / "again"
+    assert main(_eval_args(work, again)) == 0  # deterministic: no timings, same bytes
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == {p.name: p.read_bytes() for p in again.iterdir()}
     hist = json.loads((out / "score_hist.json").read_text())
     assert len(hist["bin_edges"]) == 1001 and set(hist["counts"]) == {"fp32", "deployed", "candidate"}
     assert sum(hist["counts"]["fp32"]) == 2 * SIZE * SIZE
@@ -216,9 +223,11 @@ def test_evaluate_refuses_mismatched_thresholds_and_bad_sets_without_output(work
 @pytest.mark.slow
 def test_label_modes_guard_their_inputs(work, tmp_path):
     from quantkit.config import load_params
+    from quantkit.tasks import TaskConfig
     from quantkit.thresholds import ThresholdsConfig, bind
 
     cfg = ThresholdsConfig.from_dict(load_params(work / "params.yaml", "thresholds"))
+    task = TaskConfig.from_dict(load_params(work / "params.yaml", "task")).make()
     neg = tmp_path / "neg"
     (neg / "images").mkdir(parents=True)
     from PIL import Image
@@ -229,11 +238,15 @@ def test_label_modes_guard_their_inputs(work, tmp_path):
     register_set(neg, name="neg", kind="reference", labels={"images/0.png": []})
     far = cfg.replace(operating_point=cfg.operating_point.replace(mode="fixed_far", target_far=0.1))
     with pytest.raises(CalibrationSetError, match="needs >= 10 negative images, the set has 1"):
-        bind(work / "q/deployed", work / "intake", neg, far, tmp_path / "t.json")
+        bind(work / "q/deployed", work / "intake", neg, task, far, tmp_path / "t.json")
     f1 = cfg.replace(operating_point=cfg.operating_point.replace(mode="best_f1"))
-    with pytest.raises(CalibrationSetError, match="no positive boxes"):
-        bind(work / "q/deployed", work / "intake", neg, f1, tmp_path / "t.json")
+    with pytest.raises(CalibrationSetError, match="no positive items"):
+        bind(work / "q/deployed", work / "intake", neg, task, f1, tmp_path / "t.json")
     assert not (tmp_path / "t.json").exists()
-    r = bind(work / "q/deployed", work / "intake", work / "ref-day", f1, tmp_path / "t.json")
-    gt = r.threshold_set.operating_point["vs_ground_truth"]["chosen"]
-    assert gt["recall"]["value"] > 0.5 and gt["f1"]["ci"][0] <= gt["f1"]["value"] <= gt["f1"]["ci"][1]
+    r = bind(work / "q/deployed", work / "intake", work / "ref-day", task, f1, tmp_path / "t.json")
+    gt = r.threshold_set.operating_point.accuracy["chosen"]
+    assert gt["recall"].value > 0.5 and gt["f1"].ci[0] <= gt["f1"].value <= gt["f1"].ci[1]
+    strict = cfg.replace(min_agreement=1.0)  # bind refuses a model below the agreement floor, exit 6, nothing written
+    with pytest.raises(AgreementError, match="below thresholds.min_agreement 1") as e:
+        bind(work / "q/deployed", work / "intake", work / "ref-day", task, strict, tmp_path / "strict.json")
+    assert "\n" not in str(e.value) and "quantkit fallback" in str(e.value) and not (tmp_path / "strict.json").exists()

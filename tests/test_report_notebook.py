@@ -20,4 +20,4 @@ def test_shift_review_notebook_executes():
     assert sum("image/png" in o.get("data", {}) for o in outputs) >= 3
     assert sum("<table" in o.get("data", {}).get("text/html", "") for o in outputs) >= 4  # pandas tables
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
-    assert "deployed INT8 model" in text and "recalibrate" in text
+    assert "deployed INT8 model" in text and "changed - brightness fell" in text

@@ -139,15 +139,19 @@ def evaluate(site_dir: str | os.PathLike[str], fp32_dir: str | os.PathLike[str],
     from ..calibset.reader import CalibrationSetReader
     from ..runner import OrtRunner
 
+    from ..modelio import load_model
+
     fdir = _fp32_dir(fp32_dir)
     fmodel = fdir / "model.onnx"
     fp32_digest = sha256_file(fmodel)
     note = ExportNote.load(fdir / "export_note.json")
+    proto = load_model(fmodel, load_external_data=False)
+    task = task.with_model(proto)
     roles = _roles(quantized, task, fp32_digest)
     cset = CalibrationSet.load(site_dir)
     reader = CalibrationSetReader(cset, note.preprocessing, batch_size=1)
     variants = ["fp32"] + list(roles) + [r + FP32_SUFFIX for r in roles]
-    tasks = {"fp32": task, **{r: ts.make_adapter() for r, (_, ts) in roles.items()}, **{r + FP32_SUFFIX: task for r in roles}}
+    tasks = {"fp32": task, **{r: ts.make_adapter().with_model(proto) for r, (_, ts) in roles.items()}, **{r + FP32_SUFFIX: task for r in roles}}
     edges = np.linspace(0.0, 1.0, HIST_BINS + 1)
     hist = {m: np.zeros(HIST_BINS, np.int64) for m in ["fp32", *roles]}
     rows: list[dict[str, Any]] = []

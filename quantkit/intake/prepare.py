@@ -266,7 +266,7 @@ def intake(model_path: str | Path, config: IntakeConfig, out: str | Path, task: 
     steps = ["onnx.shape_inference.infer_shapes(strict_mode=True, data_prop=True)"]
     prepared = _infer(converted, path)
     if task is not None:
-        task.check_outputs(output_shapes(prepared))
+        task.with_model(prepared).check_outputs(output_shapes(prepared))
 
     # samples: the text probe plus random images, each through the declared preprocessing
     probe = text_probe(config.input_size, seed=config.seed)

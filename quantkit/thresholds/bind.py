@@ -12,6 +12,7 @@ from .._io import sha256_file
 from ..artifacts.record import CalibrationRecord, SetRef
 from ..artifacts.thresholds import Binding, ThresholdSet
 from ..errors import AgreementError, InputFileError
+from ..modelio import load_model
 from ..note import ExportNote
 from ..tasks import TaskAdapter
 from .binding import QUANT_MODEL, append_history, integer_domain_for, read_history
@@ -81,6 +82,7 @@ def bind(quant_dir: str | os.PathLike[str], fp32_dir: str | os.PathLike[str], re
     record = CalibrationRecord.load(qdir)
     note = ExportNote.load(fdir / "export_note.json")
     cset = CalibrationSet.load(reference_dir)
+    task = task.with_model(load_model(fmodel, load_external_data=False))
     fp = run_pass(fmodel, reference_dir, note, task, desc="bind fp32")
     q = run_pass(qmodel, reference_dir, note, task, desc=f"bind {qdir.name}")
     ref = SetRef(set_id=cset.set_id, name=cset.name, camera=cset.camera,

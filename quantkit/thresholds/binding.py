@@ -79,12 +79,16 @@ def integer_domain_for(task: TaskAdapter, values: Mapping[str, float], model_pat
     for spec in task.THRESHOLDS:
         if not (spec.on_output and spec.name in values):
             continue
+        value = task.tensor_value(spec, values[spec.name])
+        if value is None:
+            log.info("threshold %s has no single value on its tensor (task %s); it stays float only", spec.name, task.name)
+            continue
         qdq = output_qdq(model_path, task.threshold_tensor(spec))
         if qdq is None:
             log.info("%s: output of threshold %s is not QDQ-quantized per tensor; it stays float only", model_path, spec.name)
             continue
         tensor = _record_tensor(qdq, model_path, record, record_path)
-        out[spec.name] = integer_threshold(values[spec.name], tensor=tensor, scale=qdq["scale"], zero_point=qdq["zero_point"],
+        out[spec.name] = integer_threshold(value, tensor=tensor, scale=qdq["scale"], zero_point=qdq["zero_point"],
                                            dtype=qdq["dtype"], comparison=spec.comparison, reduction=spec.reduction)  # type: ignore[arg-type]
     return out
 
