@@ -286,11 +286,15 @@ def _export(source: TorchSource, x0: np.ndarray, kwargs: dict[str, Any]) -> tupl
     except Exception as e:  # noqa: BLE001 - UnsupportedOperatorError, OnnxExporterError, tracer errors
         log.debug("torch.onnx.export failed", exc_info=True)
         where = failing_submodule(source.module, torch.from_numpy(x0), kwargs, e)
-        raise ModelError(f"{source.spec}: {source.name}{' submodule ' + where if where else ''}: torch.onnx.export failed ({_first_line(e)}); "
+        who = f"{source.name} submodule {where}" if where else (source.name if source.kind in ("factory", "module") else "")
+        raise ModelError(f"{source.spec}: {who + ': ' if who else ''}torch.onnx.export failed ({_first_line(e)}); "
                          f"replace the operator, try another export.opset, or register a custom symbolic "
                          f"(torch.onnx.register_custom_op_symbolic)") from None
+    # torch.export archives are traced through torch.export.unflatten's generated code, whose own tracer
+    # warnings say nothing about the user's model: logged, not shown
+    level = logging.DEBUG if source.kind == "torch.export" else logging.WARNING
     for note in notes:
-        log.warning("torch.onnx.export: %s", note)
+        log.log(level, "torch.onnx.export: %s", note)
     return data, notes
 
 

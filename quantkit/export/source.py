@@ -26,6 +26,7 @@ import logging
 import os
 import re
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -161,10 +162,14 @@ def _from_file(spec: str) -> TorchSource:
     digest = sha256_file(path)
     try:
         if path.suffix == ".pt2":
-            module = torch.export.unflatten(torch.export.load(str(path)))
+            with warnings.catch_warnings():  # torch 2.13's loader warns about its own pytree internals
+                warnings.simplefilter("ignore", FutureWarning)
+                module = torch.export.unflatten(torch.export.load(str(path)))
             kind: SourceKind = "torch.export"
         else:
-            module = torch.jit.load(str(path), map_location="cpu")
+            with warnings.catch_warnings():  # torch 2.13 deprecates TorchScript; reading it is still supported
+                warnings.simplefilter("ignore", DeprecationWarning)
+                module = torch.jit.load(str(path), map_location="cpu")
             kind = "torchscript"
     except Exception as e:  # noqa: BLE001 - torch raises RuntimeError/ValueError/zip errors for foreign files
         what = "torch.export (torch.export.save)" if path.suffix == ".pt2" else "TorchScript (torch.jit.save)"
