@@ -11,15 +11,13 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+import torch
 import yaml
+from test_quantize_fixtures import make_set
 
-torch = pytest.importorskip("torch")
-
-from test_quantize_fixtures import make_set  # noqa: E402
-
-from quantkit._io import sha256_file  # noqa: E402
-from quantkit.cli.main import main  # noqa: E402
-from quantkit.note import ExportNote  # noqa: E402
+from quantkit._io import sha256_file
+from quantkit.cli.main import main
+from quantkit.note import ExportNote
 
 MODELS = Path(__file__).resolve().parent / "export_models.py"
 CLS_PRE = {"resize_policy": "stretch", "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}

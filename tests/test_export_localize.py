@@ -7,8 +7,10 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+import torch
 from onnx import TensorProto, helper
 
+from quantkit.export import ExportMismatchError, TorchExportConfig, export_torch
 from quantkit.export.localize import array_diff, node_scopes, scope_boundaries
 
 NAMES = {"mid", "mid.inner", "mid.inner.seq", "mid.inner.seq.0", "mid.inner.seq.1", "mid.inner.seq.1.0", "mid.layers", "mid.layers.0",
@@ -49,10 +51,8 @@ def test_array_diff_rule():
     assert array_diff(np.ones((2, 3)), np.ones(6), 0, 0)[2] and not array_diff(np.ones(5), np.ones(6), 0, 0)[2]
 
 
-torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from quantkit.export import ExportMismatchError, TorchExportConfig, export_torch  # noqa: E402
 
 
 class Block(nn.Module):

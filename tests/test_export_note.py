@@ -38,7 +38,6 @@ def _record() -> FrameworkExport:
 
 
 def test_note_with_export_record_round_trips(tmp_path):
-    import onnx
     from onnx import TensorProto, helper
 
     note = ExportNote(provenance=Provenance(framework="PyTorch", export=_record()))

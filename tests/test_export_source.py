@@ -6,18 +6,15 @@ import json
 import sys
 import textwrap
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import yaml
 
 from quantkit._io import sha256_file
 from quantkit.cli.main import main
-
-torch = pytest.importorskip("torch")
-
-from quantkit.export import TorchExportConfig, export_torch, load_source  # noqa: E402
+from quantkit.export import TorchExportConfig, export_torch, load_source
 
 FACTORIES = textwrap.dedent('''
     import torch

@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     w(f"exporter    {rec.exporter}, opset {rec.opset}\n")
     w(f"input       {rec.sample_input.name} {list(rec.sample_input.shape)} {rec.sample_input.dtype}; sample {rec.sample_input.file} "
       f"sha256 {rec.sample_input.sha256[:12]}\n")
-    w(f"versions    " + ", ".join(f"{k} {versions[k]}" for k in ("torch", "onnx", "onnxruntime") if k in versions) + "\n")
+    w("versions    " + ", ".join(f"{k} {versions[k]}" for k in ("torch", "onnx", "onnxruntime") if k in versions) + "\n")
     w(f"compare     ONNX Runtime vs PyTorch on {r.samples} samples (tolerance {cfg.atol:g} + {cfg.rtol:g}*|torch|)\n")
     for o in r.outputs:
         w(f"  {o.name:<16} max |diff| {o.max_abs_diff:.3g}, max rel {o.max_rel_diff:.3g}  {'ok' if o.within_tolerance else 'DIFFERS'}\n")
