@@ -100,6 +100,10 @@ def test_mobilenet_v3_exports_intakes_and_quantizes(env, tmp_path, capsys):
     assert "BatchNormalization" not in ops  # folded into the convolutions by the eval-mode export
     q = _intake_and_quantize(root, calib, tmp_path / "exp", tmp_path, "classifier", capsys)
     assert sum(n.op_type == "QuantizeLinear" for n in q.graph.node) > 20 and [o.name for o in q.graph.output] == ["logits"]
+    # the export folder is itself an intake folder: quantize takes it directly, and the INT8 model carries the archive
+    assert main(["quantize", str(tmp_path / "exp"), "--calibration-set", str(calib), "--out", str(tmp_path / "q2")]) == 0, capsys.readouterr().err
+    q2 = onnx.load(str(tmp_path / "q2" / "model_int8.onnx"))
+    assert ExportNote.from_model(q2).provenance.export == rec
 
 
 def test_ssdlite_detector_with_postprocessing_exports_intakes_and_quantizes(env, tmp_path, capsys):

@@ -75,7 +75,9 @@ def test_package_module_factory_from_the_working_folder(env, capsys):
     rec = note["export"]
     assert rec["module"] == "mymodels_src:small" and rec["module_sha256"] == sha256_file(env / "mymodels_src.py")
     assert note["export_command"] == "quantkit export mymodels_src:small --params params.yaml --section export --out exp"
-    assert "small()" in rec["call"] and "output_names=['prob', 'mean']" in rec["call"] and "opset_version=13" in rec["call"]
+    assert rec["call"].startswith("model = small(); model.eval(); torch.onnx.export(model, ")
+    assert "output_names=['prob', 'mean']" in rec["call"] and "opset_version=13" in rec["call"]
+    assert rec["call"].endswith("  # small from mymodels_src, called after torch.manual_seed(0)")
     assert [o["name"] for o in rec["framework_outputs"]] == ["prob", "mean"] and rec["framework_outputs"][1]["shape"] == [1, 2]
     assert sorted(p.name for p in (env / "exp" / "sample").iterdir()) == ["input.npy", "output_0.npy", "output_1.npy"]
 

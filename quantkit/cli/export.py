@@ -42,8 +42,8 @@ def run(args: argparse.Namespace) -> int:
     w = sys.stdout.write
     w(f"export      {args.module} -> {args.out}/model.onnx ({r.kind}, weights {rec.weights_sha256[:12]})\n")
     w(f"exporter    {rec.exporter}, opset {rec.opset}\n")
-    w(f"input       {rec.sample_input.name} {list(rec.sample_input.shape)} {rec.sample_input.dtype}; sample {rec.sample_input.file} "
-      f"sha256 {rec.sample_input.sha256[:12]}\n")
+    w(f"input       {rec.sample_input.name} {list(rec.sample_input.shape)} {rec.sample_input.dtype} (sample {rec.sample_input.file}, "
+      f"sha256 {rec.sample_input.sha256[:12]})\n")
     w("versions    " + ", ".join(f"{k} {versions[k]}" for k in ("torch", "onnx", "onnxruntime") if k in versions) + "\n")
     w(f"compare     ONNX Runtime vs PyTorch on {r.samples} samples (tolerance {cfg.atol:g} + {cfg.rtol:g}*|torch|)\n")
     for o in r.outputs:

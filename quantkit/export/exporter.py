@@ -256,19 +256,21 @@ def _npy(array: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def _call_string(source: TorchSource, kwargs: dict[str, Any]) -> str:
+def _call_string(source: TorchSource, kwargs: dict[str, Any], seed: int) -> str:
+    """The export as one line of Python (model construction, eval, export), with where the model came from."""
     if source.kind == "factory":
         target, _, attr = source.spec.rpartition(":")
         args = ", ".join(f"{k}={v!r}" for k, v in source.factory_kwargs.items())
-        model = f"{attr}({args})  # from {target}, torch.manual_seed(export.seed) first"
+        model, note = f"{attr.rpartition('.')[2]}({args})", f"{attr} from {target}, called after torch.manual_seed({seed})"
     elif source.kind == "module":
-        model = f"{source.spec}(...)  # the module object given to quantkit.export.export_torch"
+        model, note = f"{source.spec.rpartition('.')[2]}(...)", f"the {source.spec} object given to quantkit.export.export_torch"
     elif source.kind == "torchscript":
-        model = f"torch.jit.load({source.spec!r})"
+        model, note = f"torch.jit.load({source.spec!r})", ""
     else:
-        model = f"torch.export.unflatten(torch.export.load({source.spec!r}))"
+        model, note = f"torch.export.unflatten(torch.export.load({source.spec!r}))", ""
     opts = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
-    return f"model = {model}; model.eval(); torch.onnx.export(model, (torch.from_numpy(numpy.load('sample/input.npy')),), 'model.onnx', {opts})"
+    call = f"model = {model}; model.eval(); torch.onnx.export(model, (torch.from_numpy(numpy.load('sample/input.npy')),), 'model.onnx', {opts})"
+    return call + (f"  # {note}" if note else "")
 
 
 def _run_torch(module: Any, x: np.ndarray) -> list[np.ndarray]:
@@ -387,7 +389,7 @@ def export_torch(module: Any, config: TorchExportConfig, out: str | Path, *, com
     arrays = [ArchivedArray(config.preprocessing.input_name, "sample/input.npy", sha256_bytes(files["sample/input.npy"]), xs[0].shape, str(xs[0].dtype))]
     arrays += [ArchivedArray(n, f"sample/output_{i}.npy", sha256_bytes(files[f"sample/output_{i}.npy"]), r.shape, str(r.dtype))
                for i, (n, r) in enumerate(zip(out_names, refs))]
-    call = _call_string(source, kwargs)
+    call = _call_string(source, kwargs, config.seed)
     record = FrameworkExport(module=source.spec, module_sha256=source.sha256, weights_sha256=weights_digest(source.module),
                              factory_kwargs=source.factory_kwargs, exporter=EXPORTER, call=call, opset=config.opset,
                              sample_input=arrays[0], framework_outputs=tuple(arrays[1:]))
