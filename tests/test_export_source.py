@@ -42,6 +42,9 @@ FACTORIES = textwrap.dedent('''
     def not_a_module():
         return {"weights": 1}
 
+    def gray():
+        return torch.nn.Conv2d(1, 2, 3)
+
     NOT_CALLABLE = 3
 ''')
 
@@ -55,6 +58,8 @@ def env(tmp_path, monkeypatch):
         "export_badkw": {"input_size": [16, 16], "factory_kwargs": {"chanels": 6}},
         "export_names": {"input_size": [16, 16], "output_names": ["only_one"]},
         "export_plain": {"input_size": [16, 16], "opset": 13},
+        "export_images": {"input_size": [16, 16], "sample_images": ["photo.png"], "random_samples": 0, "preprocessing": {"resize_policy": "stretch"}},
+        "export_noimage": {"input_size": [16, 16], "sample_images": ["missing.png"]},
     }))
     monkeypatch.chdir(tmp_path)
     monkeypatch.delitem(sys.modules, "mymodels_src", raising=False)
@@ -123,7 +128,9 @@ def test_torchscript_and_torch_export_files(env, capsys):
     ("mymodels_src:small", "export_badkw", "the factory raised TypeError: small() got an unexpected keyword argument 'chanels'"),
     ("mymodels_src:small", "export_names", "export.output_names lists 1 names but mymodels_src:small returns 2 tensors"),
     ("mymodels_src:small", "nope", "section 'nope' is missing"),
+    ("mymodels_src:gray", "export", "running the model on a [1, 3, 16, 16] float32 input raised RuntimeError: "),
     ("missing.py:small", "export", "missing.py not found"),
+    ("mymodels_src:small", "export_noimage", "missing.png"),
     ("weights.pt", "export", "not a TorchScript (torch.jit.save) archive"),
     ("weights.pt2", "export", "not a torch.export (torch.export.save) archive"),
     ("gone/model.pt", "export", "gone/model.pt: file not found"),
@@ -171,3 +178,17 @@ def test_config_is_strict():
             TorchExportConfig.from_dict(bad)
     cfg = TorchExportConfig.from_dict({"input_size": [32, 48], "factory_kwargs": {"size": [32, 48]}})
     assert TorchExportConfig.from_dict(cfg.to_dict()) == cfg and cfg.preprocessing.input_size == (32, 48)
+
+
+def test_sample_images_come_first_and_are_archived(env, capsys):
+    from PIL import Image
+
+    from quantkit.note import Preprocessing
+
+    rgb = np.random.default_rng(1).integers(0, 256, (40, 30, 3), dtype=np.uint8)
+    Image.fromarray(rgb).save(env / "photo.png")
+    rc, out, err = _run(["mymodels_src:small", "--section", "export_images", "--out", "exp"], capsys)
+    assert rc == 0, err
+    expected = Preprocessing(input_size=(16, 16), resize_policy="stretch").apply(rgb)[0]
+    np.testing.assert_array_equal(np.load(env / "exp" / "sample" / "input.npy"), expected)
+    assert json.loads((env / "exp" / "export.json").read_text())["samples"] == 2  # the image and the text probe

@@ -6,9 +6,10 @@ dependency (``pip install 'quantkit[export]'``); importing this package does not
 """
 
 from .config import TorchExportConfig
-from .exporter import ExportMismatchError, ExportResult, FrameworkDiff, export_torch, failing_submodule
-from .localize import LayerDiff, Localization, localize
+from .exporter import ExportMismatchError, ExportResult, FrameworkDiff, export_torch
+from .localize import Divergence, LayerDiff, Localization, localize
 from .source import TorchSource, load_source
+from .torch_onnx import failing_submodule
 
-__all__ = ["ExportMismatchError", "ExportResult", "FrameworkDiff", "LayerDiff", "Localization", "TorchExportConfig", "TorchSource",
+__all__ = ["Divergence", "ExportMismatchError", "ExportResult", "FrameworkDiff", "LayerDiff", "Localization", "TorchExportConfig", "TorchSource",
            "export_torch", "failing_submodule", "load_source", "localize"]
