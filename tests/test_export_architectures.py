@@ -137,7 +137,7 @@ def test_graph_that_computes_differently_is_refused_naming_the_first_diverging_s
     rc, out, err = _export(root, "ssdlite", "detector_opset10", tmp_path / "exp", capsys)
     assert rc == 2 and out == ""
     line = [ln for ln in err.splitlines() if ln.startswith("quantkit export: error:")]
-    assert len(line) == 1 and "Traceback" not in err
+    assert len(line) == 1 and "Traceback" not in err, err
     assert "ONNX Runtime differs from PyTorch on output 'boxes'" in line[0]
     assert "first diverging submodule neck.up (Upsample)" in line[0] and "'/neck/up/Resize_output_0'" in line[0]
     assert "onnx:Resize for ONNX opset version 10" in line[0]  # the exporter's own warning, kept in the one line

@@ -199,10 +199,13 @@ def _refuse(source: TorchSource, outputs: tuple[FrameworkDiff, ...], x: np.ndarr
     if not source.hookable:
         return ExportMismatchError(head + "; TorchScript modules run no forward hooks, so the diverging submodule cannot be named: "
                                    "export from the Python factory instead" + tail)
-    kwargs = export_kwargs(config, preserve=True)
-    model = onnx.load_from_string(export_bytes(source.module, (torch.from_numpy(x),), kwargs)[0])
-    loc = localize(source.module, x, model, _run_torch(source.module, x), input_name=config.preprocessing.input_name,
-                   flatten=flatten_outputs, atol=config.atol, rtol=config.rtol)
+    try:
+        model = onnx.load_from_string(export_bytes(source.module, (torch.from_numpy(x),), export_kwargs(config, preserve=True))[0])
+        loc = localize(source.module, x, model, _run_torch(source.module, x), input_name=config.preprocessing.input_name,
+                       flatten=flatten_outputs, atol=config.atol, rtol=config.rtol)
+    except Exception as e:  # noqa: BLE001 - the refusal stands; only the diagnosis failed
+        log.debug("layer-by-layer comparison failed", exc_info=True)
+        return ExportMismatchError(f"{head}; the layer-by-layer comparison could not run ({type(e).__name__}: {first_line(e)}){tail}")
     log.info("layer-by-layer comparison: %s", [layer.to_dict() for layer in loc.layers])
     return ExportMismatchError(f"{head}; {loc.describe()}{tail}", loc)
 
