@@ -115,8 +115,54 @@ class Preprocessing(Config):
 
 
 @dataclasses.dataclass(frozen=True)
+class ArchivedArray(Config):
+    """One array stored beside the model as a ``.npy`` file: ``file`` is relative to the model's folder,
+    ``sha256`` the hex SHA-256 of the file's bytes (``sha256sum FILE`` checks it), ``shape`` and ``dtype``
+    (numpy's name, e.g. ``float32``) those of the array. ``name`` is the model input or output it holds."""
+
+    name: str
+    file: str
+    sha256: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclasses.dataclass(frozen=True)
+class FrameworkExport(Config):
+    """How ``quantkit export`` produced the model from its framework (absent from other notes).
+
+    Attributes:
+        module: the MODULE argument as given (``package.module:factory``, ``path/file.py:factory``, or a
+            TorchScript ``.pt`` / ``torch.export`` ``.pt2`` file).
+        module_sha256: SHA-256 of the module file (the ``.pt``/``.pt2`` file, or the factory's ``.py`` source).
+        weights_sha256: SHA-256 over the module's ``state_dict`` (names, dtypes, shapes and bytes, in order).
+        factory_kwargs: keyword arguments the factory was called with.
+        exporter: the exporter used, e.g. ``torch.onnx.export (TorchScript, dynamo=False)``.
+        call: the exact export call, with every argument quantkit passed.
+        opset: the ai.onnx opset the exporter was asked for.
+        sample_input: the input the model was traced and compared on.
+        framework_outputs: the framework's outputs on ``sample_input``, in graph output order.
+    """
+
+    module: str
+    module_sha256: str
+    weights_sha256: str
+    factory_kwargs: dict[str, Any]
+    exporter: str
+    call: str
+    opset: int
+    sample_input: ArchivedArray
+    framework_outputs: tuple[ArchivedArray, ...]
+
+
+@dataclasses.dataclass(frozen=True)
 class Provenance(Config):
-    """Where a model came from and what produced it. Digests are hex SHA-256."""
+    """Where a model came from and what produced it. Digests are hex SHA-256.
+
+    ``sample_input_digest`` is the SHA-256 of the sample input array's raw bytes (C order).
+    ``export`` is set only by ``quantkit export``; it is left out of :meth:`to_dict` when unset, so notes
+    written without it keep their bytes and notes written before it existed still load.
+    """
 
     source: str = ""
     source_digest: str = ""
@@ -126,6 +172,13 @@ class Provenance(Config):
     opset: int = 0
     sample_input_digest: str = ""
     runtime_versions: dict[str, str] = dataclasses.field(default_factory=dict)
+    export: FrameworkExport | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        if self.export is None:
+            del out["export"]
+        return out
 
 
 @dataclasses.dataclass(frozen=True)

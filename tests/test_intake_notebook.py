@@ -19,3 +19,7 @@ def test_intake_notebook_executes(tmp_path):
     assert "SupportReport('npu-generic', supported=False, issues=10/672 nodes)" in text
     assert "relabel ConversionLog" in text and "NumericCheck(passed=False" in text
     assert "'layout': 'flagged'" in text and "'value_range': 'flagged'" in text
+    # the export cells ran (the test extra installs torch): exported, refused at opset 10 naming the upsampling, intaken
+    assert "ExportResult(__main__.Net, opset=13, passed=True" in text and "torch.onnx.export(model, " in text
+    assert "first diverging submodule up (Upsample)" in text and "written: False" in text
+    assert "intake's source digest is the exported model's: True" in text

@@ -7,6 +7,7 @@ public library function and renders the result (table by default, ``--json`` whe
 
 COMMAND_MODULES = (
     "demo",
+    "export",
     "inspect",
     "intake",
     "support",

@@ -4,7 +4,6 @@ See ``docs/ARCHITECTURE.md`` (``quantkit.intake``) for the artifact contract of 
 """
 
 from ..modelio import load_model
-from .export import ExportResult, TorchExportConfig, export_torch
 from .inspect import InspectReport, OpCount, TensorInfo, inspect_model
 from .notecheck import NoteCheckReport, Probe, check_note, text_probe
 from .opset import (
@@ -18,7 +17,7 @@ from .prepare import IntakeConfig, IntakeResult, intake
 from .validate import ValidationReport, validate_model
 
 __all__ = [
-    "ConversionLog", "ExportResult", "InspectReport", "IntakeConfig", "IntakeResult", "NoteCheckReport", "NumericCheck", "OpCount", "Probe",
-    "TensorInfo", "TorchExportConfig", "ValidationReport", "check_note", "convert_opset", "export_torch", "inspect_model", "intake", "load_model",
+    "ConversionLog", "InspectReport", "IntakeConfig", "IntakeResult", "NoteCheckReport", "NumericCheck", "OpCount", "Probe",
+    "TensorInfo", "ValidationReport", "check_note", "convert_opset", "inspect_model", "intake", "load_model",
     "semantics_notes", "text_probe", "validate_model", "verify_conversion",
 ]
