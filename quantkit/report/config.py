@@ -66,7 +66,7 @@ class ReportConfig(Config):
     def rule(self, metric_label: str, item: str) -> str:
         """The status rule in plain words, with the values in force."""
         return (f"Rule: a quantized model passes a site set (green) when it agrees with the unquantized (FP32) model: "
-                f"{metric_label} (pooled over the site set's images) >= {self.min_agreement:.2f} and its {item}s per image stay "
+                f"{metric_label} (pooled over the site set's images) >= {self.min_agreement:.2f} and its {item} count per image stays "
                 f"within {100 * self.max_detection_change:.0f}% of FP32's; red below {self.min_agreement - self.amber_band:.2f} or beyond "
                 f"{200 * self.max_detection_change:.0f}%; amber between. Switch to a candidate only when it is green on every site set "
                 "(params.yaml: report).")

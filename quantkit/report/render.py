@@ -20,7 +20,7 @@ from .._io import atomic_output_dir, atomic_write_json, atomic_write_text, canon
 from ..versions import tool_versions
 from . import plots
 from .model import ModelReport, ShiftReport
-from .verdict import drift_label
+from .verdict import drift_label, plural
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,10 @@ SPEED_JS = """
     "<th>speed-up vs FP32</th></tr>" + rows.join("") + "</table>";
 })();
 """
+
+
+def _fmt(v: float | None) -> str:
+    return "–" if v is None else f"{v:.3f}"
 
 
 def _img(data: bytes | None, mime: str, alt: str) -> Markup:
@@ -106,6 +110,7 @@ def render_html(report: ShiftReport) -> str:
         "task_words": {m.name: TASK_WORDS.get(m.task, m.task) for m in report.models},
         "variants": {m.name: _variants(m) for m in report.models},
         "rules": {m.name: cfg.rule(m.primary.label, m.item) for m in report.models},
+        "items": {m.name: plural(m.item) for m in report.models},
         "drift_labels": {m.name: {s.name: drift_label(s) for s in m.sites} for m in report.models},
         "agreement_metrics": {m.name: [x for x in m.metrics if x.kind == "agreement"][:2] for m in report.models},
         "accuracy_metrics": {m.name: [x for x in m.metrics if x.kind == "accuracy"][:3] for m in report.models},
@@ -126,12 +131,12 @@ def render_markdown(report: ShiftReport) -> str:
     lines = [f"# {report.title}", ""]
     for m in report.models:
         lines += [f"## {m.name}: **{m.decision.upper()}**", ""] + [f"- {v}" for v in m.verdict] + [""]
-        lines += [f"| site set | model | status | {m.primary.label} | {m.item}s / image | Δ vs FP32 | what changed in the images |",
+        lines += [f"| site set | model | status | {m.primary.label} | {plural(m.item)} / image | Δ vs FP32 | what changed in the images |",
                   "|---|---|---|---|---|---|---|"]
         for s in m.sites:
             for x in s.metrics:
                 lines.append(f"| {s.name} | {x.variant} | {x.status if x.variant != 'fp32' else '–'} | "
-                             f"{x.agreement.get(m.primary.name, float('nan')):.3f} | {x.detections_per_image:.2f} | {x.detection_change:+.0%} | "
+                             f"{_fmt(x.agreement.get(m.primary.name))} | {x.detections_per_image:.2f} | {x.detection_change:+.0%} | "
                              f"{drift_label(s)[0] if x.variant == 'deployed' else ''} |")
         lines += ["", "| threshold | FP32 | deployed | deployed int | candidate | candidate int |", "|---|---|---|---|---|---|"]
         for t in m.thresholds:

@@ -65,6 +65,11 @@ def drift_label(site: SiteReport) -> tuple[str, str]:
     return "changed, recalibrate", "red"
 
 
+def plural(word: str) -> str:
+    """``box`` -> ``boxes``, ``text region`` -> ``text regions``, ``class decision`` -> ``class decisions``."""
+    return word + ("es" if word.endswith(("s", "x", "ch", "sh")) else "s")
+
+
 def _names(items: Sequence[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
@@ -94,7 +99,7 @@ def _facts(sites: Sequence[SiteReport], dep: dict[str, ShiftMetrics | None], pri
             continue
         if m.status != "green":
             facts.append(f"On {s.name} the deployed INT8 model (calibrated on {deployed_cal}) agrees with FP32 at {value_words(m, primary)}, "
-                         f"{m.status}, and changes {item}s per image by {100 * m.detection_change:+.0f}%: {cause(s.drift)}.")
+                         f"{m.status}, and changes {plural(item)} per image by {100 * m.detection_change:+.0f}%: {cause(s.drift)}.")
         elif s.drift is not None and s.drift.changed:
             facts.append(f"On {s.name} the images changed ({cause(s.drift)}) but the deployed model still agrees with FP32 "
                          f"({value_words(m, primary)}): no action needed there now.")
@@ -154,7 +159,7 @@ def verdict(sites: Sequence[SiteReport], primary: MetricInfo, item: str, deploye
     lines = [head, *facts, f"The candidate (calibrated on {candidate_cal}): " + "; ".join(moves) + "."]
     changed = [f"{n} {100 * c.detection_change:+.0f}%" for n, c in cand.items() if c and abs(c.detection_change) > cfg.max_detection_change]
     if changed:
-        lines.append(f"The candidate's {item}s per image vs FP32: " + ", ".join(changed) + ".")
+        lines.append(f"The candidate's {plural(item)} per image vs FP32: " + ", ".join(changed) + ".")
     if decision == "switch to candidate":
         lines.append(deploy_cmd)
     return decision, lines
