@@ -146,15 +146,18 @@ def test_cli_make_set_and_bad_params(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 
 def test_fp32_detector_finds_the_rendered_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from quantkit.demo.check import detector_recall
+    from quantkit.demo.check import check_accuracy
+    from quantkit.tasks import make_adapter
 
     cfg = _config(tmp_path, count=4, size=(640, 640))
     make_set(cfg, "day")
-    r = detector_recall(CalibrationSet.load(tmp_path / "day"), packaged_model_path())
-    assert r.gt_boxes >= 8 and r.recall >= 0.8 and r.precision >= 0.8, r.to_dict()
-    assert main(["demo", "check", str(tmp_path / "day"), "--model", str(packaged_model_path()), "--limit", "1", "--json"]) == 0
+    r = check_accuracy(CalibrationSet.load(tmp_path / "day"), packaged_model_path(), make_adapter("db_text"))
+    assert r.counts["gt_ref"] >= 8 and r.metrics["recall"] >= 0.8 and r.metrics["precision"] >= 0.8, r.to_dict()
+    params = tmp_path / "p.yaml"
+    params.write_text(yaml.safe_dump({"models": {"det": {"file": str(packaged_model_path()), "task": {"adapter": "db_text"}}}}))
+    assert main(["demo", "check", str(tmp_path / "day"), "--params", str(params), "--model", "det", "--limit", "1", "--json"]) == 0
     one = json.loads(capsys.readouterr().out)
-    assert one["images"] == 1 and 0 < one["gt_boxes"] < r.gt_boxes and one["matched"] <= one["gt_boxes"]
+    assert one["images"] == 1 and 0 < one["counts"]["gt_ref"] < r.counts["gt_ref"] and one["counts"]["gt_tp"] <= one["counts"]["gt_ref"]
 
 
 def test_cli_check_needs_labels(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -165,5 +168,7 @@ def test_cli_check_needs_labels(tmp_path: Path, capsys: pytest.CaptureFixture[st
     (tmp_path / "s/images").mkdir(parents=True)
     Image.new("RGB", (32, 32)).save(tmp_path / "s/images/a.png")
     register_set(tmp_path / "s", name="s")
-    assert main(["demo", "check", str(tmp_path / "s"), "--model", str(packaged_model_path())]) == 2
-    assert "labels.text_boxes" in capsys.readouterr().err
+    params = tmp_path / "p.yaml"
+    params.write_text(yaml.safe_dump({"models": {"det": {"file": str(packaged_model_path()), "task": {"adapter": "db_text"}}}}))
+    assert main(["demo", "check", str(tmp_path / "s"), "--params", str(params), "--model", "det"]) == 2
+    assert "no labels.text_boxes" in capsys.readouterr().err

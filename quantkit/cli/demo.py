@@ -29,16 +29,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--json", action="store_true", help="print the result as JSON")
     s.set_defaults(func=_make_set)
 
-    c = sub.add_parser("check", help="recall/precision of the FP32 detector against a labelled set's text boxes",
-                       description="Run the DB text detector on a set with labels.text_boxes (a demo set) and match its "
-                                   "boxes to the ground truth (polygon IoU >= --iou), to confirm the text is detectable.")
-    c.add_argument("set", help="set folder with manifest.json (labels.text_boxes)")
-    c.add_argument("--model", default="models/ppocr_det.onnx", help="FP32 detector (default models/ppocr_det.onnx)")
+    c = sub.add_parser("check", help="accuracy of an FP32 model against a labelled set's ground truth",
+                       description="Run a model on a labelled (demo) set and compare its decisions with the labels through "
+                                   "its task adapter (params models.NAME.task / task, and its intake preprocessing).")
+    c.add_argument("set", help="set folder with manifest.json (labels)")
+    c.add_argument("--params", default="params.yaml", help="params file with the model's task and intake sections (default params.yaml)")
+    c.add_argument("--model", default="ppocr_det", help="name under params 'models' (default ppocr_det)")
+    c.add_argument("--file", help="the FP32 model file (default: params models.NAME.file)")
     c.add_argument("--limit", type=int, default=None, help="only the first N images")
-    c.add_argument("--thresh", type=float, default=0.3, help="binarization threshold (default 0.3)")
-    c.add_argument("--box-thresh", type=float, default=0.5, help="box score threshold (default 0.5)")
-    c.add_argument("--unclip-ratio", type=float, default=1.6, help="DB unclip ratio (default 1.6)")
-    c.add_argument("--iou", type=float, default=0.5, help="match IoU (default 0.5)")
     c.add_argument("--json", action="store_true", help="print the result as JSON")
     c.set_defaults(func=_check)
 
@@ -70,13 +68,18 @@ def _make_set(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     from ..calibset import CalibrationSet
-    from ..demo.check import detector_recall
+    from ..config import config_from_params, has_section, load_params
+    from ..demo.check import check_accuracy
+    from ..intake import IntakeConfig
+    from ..tasks import TaskConfig
 
-    res = detector_recall(CalibrationSet.load(args.set), args.model, limit=args.limit, thresh=args.thresh,
-                          box_thresh=args.box_thresh, unclip_ratio=args.unclip_ratio, iou=args.iou)
+    task = config_from_params(TaskConfig, args.params, "task", model=args.model).make()
+    pre = config_from_params(IntakeConfig, args.params, "intake", model=args.model).preprocessing if has_section(
+        args.params, "intake", model=args.model) else None
+    model = args.file or load_params(args.params, f"models.{args.model}").get("file", f"models/{args.model}.onnx")
+    res = check_accuracy(CalibrationSet.load(args.set), model, task, preprocessing=pre, limit=args.limit)
     if args.json:
         print(json.dumps(res.to_dict(), sort_keys=True))
     else:
-        print(f"{args.set}: recall {res.recall:.3f}  precision {res.precision:.3f}  "
-              f"({res.matched}/{res.gt_boxes} boxes matched, {res.detections} detections, {res.images} images, IoU>={res.iou})")
+        print(f"{args.set}: {res.task} on {res.images} images: " + ", ".join(f"{k} {v:.3f}" for k, v in res.metrics.items()))
     return 0
