@@ -103,13 +103,18 @@ class NodeIssue:
 
 @dataclasses.dataclass(frozen=True)
 class SupportProbe:
-    """What a runtime did with a model: loaded? ran? and which nodes it refused (its own account)."""
+    """What a runtime did with a model: which nodes it refused while loading and compiling (its own account),
+    and whether one inference on the probe inputs then ran (``run_error`` = its first line, else "").
+
+    A run failure on probe inputs is not evidence that an operator is unsupported (data-dependent inputs such
+    as shapes or axes may be invalid when random), so it is reported apart from ``issues``.
+    """
 
     runtime: RuntimeInfo | None
     loaded: bool
-    ran: bool
     issues: tuple[NodeIssue, ...]
     how: str
+    run_error: str = ""
 
 
 def first_line(e: BaseException) -> str:

@@ -176,18 +176,18 @@ class OpenVinoRuntime(Runtime):
         try:
             rt.ov_model = rt._read()
         except ModelError:
-            return SupportProbe(None, False, False, tuple(_unconverted_issues(rt.load_error, model)), how)
+            return SupportProbe(None, False, tuple(_unconverted_issues(rt.load_error, model)), how)
         placed = _core().query_model(rt.ov_model, device)
         nodes = onnx_node_names(model)
         missing = [op for op in rt.ov_model.get_ordered_ops() if op.get_friendly_name() not in placed]
         if missing:
             issues = tuple(NodeIssue(nodes.get(op.get_friendly_name(), op.get_friendly_name()), op.get_type_name(), "unsupported_op",
                                      f"query_model places {op.get_type_name()} on no {device} plugin") for op in missing)
-            return SupportProbe(None, True, False, issues, how)
+            return SupportProbe(None, True, issues, how)
         try:
             rt.compiled = rt._compile()
         except ModelError:
-            return SupportProbe(None, False, False, (NodeIssue("<model>", "", "load", first_line(Exception(rt.load_error))),), how)
+            return SupportProbe(None, False, (NodeIssue("<model>", "", "load", " ".join(rt.load_error.split())[:400]),), how)
         rt.request = rt.compiled.create_infer_request()
         rt._out_index = {n: i for i, p in enumerate(rt.compiled.outputs) for n in p.get_names()}
         rt.is_active = True
@@ -196,10 +196,10 @@ class OpenVinoRuntime(Runtime):
             try:
                 rt.request.infer(feed)
             except Exception as e:  # noqa: BLE001
-                return SupportProbe(info, True, False, (NodeIssue("<model>", "", "run", first_line(e)),), how)
+                return SupportProbe(info, True, (), how, " ".join(str(e).split())[:400])
         finally:
             rt.deactivate()
-        return SupportProbe(info, True, True, (), how)
+        return SupportProbe(info, True, (), how)
 
 
 def _unconverted(message: str) -> str:

@@ -31,8 +31,8 @@ from .base import PRECISION_NAMES, NodeIssue, NodePrecision, Runtime, RuntimeInf
 LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
 DEPLOYMENT_LEVEL = "all"
 """The level a deployed model runs at: ORT's default (``SessionOptions.graph_optimization_level``)."""
-_NODE_NAME = re.compile(r"node with name '([^']*)'")
-_OP_NAME = re.compile(r"implementation for (\w+)\((\d+)\)")
+_NODE_NAME = re.compile(r"node with name '([^']*)'|in node \(([^)]*)\)|In Node, \(\"([^\"]*)\", ")
+_OP_NAME = re.compile(r"implementation for (\w+)\((\d+)\)|of operator \((\w+)\)|:(\w+)\(-?\d+\) is not a registered function/op|In Node, \(\"[^\"]*\", (\w+),")
 _DYNAMIC_INTEGER = frozenset({"MatMulIntegerToFloat", "DynamicQuantizeMatMul", "DynamicQuantizeLSTM"})
 _SUFFIX = re.compile(r"(_token_\d+|_nchwc|_fused\w*|_quant)$")
 
@@ -144,23 +144,23 @@ class OrtRuntime(Runtime):
     @classmethod
     def probe_support(cls, model: Any, feed: dict[str, np.ndarray], *, graph_optimization_level: str = DEPLOYMENT_LEVEL,
                       providers: Sequence[str] = ("CPUExecutionProvider",), **_: Any) -> SupportProbe:
-        """Load ``model`` at ``graph_optimization_level`` and run ``feed`` once; the runtime's refusal, if any,
-        becomes one :class:`NodeIssue` naming the node and op type ORT names."""
+        """Load ``model`` at ``graph_optimization_level`` (ORT assigns every kernel here) and run ``feed`` once; the
+        runtime's refusal, if any, becomes one :class:`NodeIssue` naming the node and op type ORT names."""
         how = f"onnxruntime {cls.version()} {','.join(providers)}: loaded and ran at graph optimization level {graph_optimization_level}"
         rt = cls(model.SerializeToString(), providers=providers, graph_optimization_level=graph_optimization_level, name=model.graph.name or "model")
         try:
             rt.activate()
         except ModelError as e:
-            return SupportProbe(None, False, False, (_issue_from(rt.load_error or str(e), model, "load"),), how)
+            return SupportProbe(None, False, (_issue_from(rt.load_error or str(e), model, "load"),), how)
         try:
             info = rt.info()
             try:
                 rt.session.run(None, feed)
             except Exception as e:  # noqa: BLE001 - ORT's RuntimeException / Fail types
-                return SupportProbe(info, True, False, (_issue_from(str(e), model, "run"),), how)
+                return SupportProbe(info, True, (), how, " ".join(str(e).split())[:400])
         finally:
             rt.deactivate()
-        return SupportProbe(info, True, True, (), how)
+        return SupportProbe(info, True, (), how)
 
 
 def original_name(runtime_node: str) -> str:
@@ -179,10 +179,16 @@ def _issue_from(message: str, model: Any, kind: str) -> NodeIssue:
     text = " ".join(message.split())
     node = _NODE_NAME.search(text)
     op = _OP_NAME.search(text)
-    name = node.group(1) if node else "<model>"
-    op_type = op.group(1) if op else next((n.op_type for n in model.graph.node if n.name == original_name(name)), "")
-    unsupported = "NOT_IMPLEMENTED" in text or "Could not find an implementation" in text
-    return NodeIssue(name, op_type, "unsupported_op" if unsupported else kind, text[:400])
+    name = next((g for g in node.groups() if g), "<model>") if node else "<model>"
+    op_type = next((g for g in op.groups()[:1] + op.groups()[2:] if g), "") if op else ""
+    if name == "<model>" and op_type:  # "com.acme:FancyAct(-1) is not a registered function/op": the first such node
+        name = next(((n.name or f"{n.op_type}_{i}") for i, n in enumerate(model.graph.node) if n.op_type == op_type), name)
+    op_type = op_type or next((n.op_type for n in model.graph.node if n.name == original_name(name)), "")
+    if "NOT_IMPLEMENTED" in text or "Could not find an implementation" in text or "is not a registered function/op" in text:
+        kind = "unsupported_op"
+    elif "Type Error" in text:
+        kind = "dtype"
+    return NodeIssue(name, op_type, kind, text[:400])
 
 
 # -- the installed build's registry (support checks for execution providers that cannot be run here) --
