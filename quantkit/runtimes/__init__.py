@@ -107,7 +107,7 @@ def available_runtimes() -> list[str]:
     return sorted(out, key=order.index)
 
 
-def make_runtime(name: str, model: Any, **options: Any) -> Runtime:
+def make_runtime(name: str, model: Any, /, **options: Any) -> Runtime:
     """A runtime ``name`` over ``model`` (path, bytes or ``onnx.ModelProto``), not yet activated.
 
     ``options`` are the plug-in's keyword arguments (``graph_optimization_level``, ``intra_op_num_threads``,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any, ClassVar, Sequence
@@ -117,10 +118,17 @@ class SupportProbe:
     run_error: str = ""
 
 
-def first_line(e: BaseException) -> str:
-    """An exception's first non-empty line (runtimes raise multi-line C++ messages)."""
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    return lines[0] if lines else type(e).__name__
+def first_line(e: BaseException | str) -> str:
+    """The informative part of a runtime's multi-line C++ message, on one line: ``Exception from <file>`` lines
+    are dropped and ``Check 'x' failed at <file>:<line>:`` becomes ``Check 'x' failed:``."""
+    lines = []
+    for ln in str(e).splitlines():
+        ln = ln.strip()
+        if not ln or re.match(r"^Exception from \S+:\d+:?$", ln):
+            continue
+        lines.append(re.sub(r" at \S+:\d+:?$", ":", ln))
+    text = " ".join(lines)
+    return text[:300] if text else type(e).__name__ if isinstance(e, BaseException) else "no message"
 
 
 def as_model_bytes(model: Any, outputs: Sequence[str] = ()) -> tuple[bytes | str, str]:

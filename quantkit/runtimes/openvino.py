@@ -85,6 +85,12 @@ class OpenVinoRuntime(Runtime):
             return False
         return True
 
+    @classmethod
+    def default_inference_precision(cls, device: str = "CPU") -> str:
+        """The precision ``device``'s plugin would choose without a hint (``bf16`` on CPUs with AVX-512 BF16 / AMX)."""
+        got = _core().get_property(device, "INFERENCE_PRECISION_HINT")
+        return got.get_type_name() if hasattr(got, "get_type_name") else str(got)
+
     def _config(self, perf_count: bool = False) -> dict[str, str]:
         cfg = {"INFERENCE_PRECISION_HINT": self.inference_precision}
         if self.num_threads:
@@ -187,7 +193,7 @@ class OpenVinoRuntime(Runtime):
         try:
             rt.compiled = rt._compile()
         except ModelError:
-            return SupportProbe(None, False, (NodeIssue("<model>", "", "load", " ".join(rt.load_error.split())[:400]),), how)
+            return SupportProbe(None, False, (NodeIssue("<model>", "", "load", first_line(rt.load_error)),), how)
         rt.request = rt.compiled.create_infer_request()
         rt._out_index = {n: i for i, p in enumerate(rt.compiled.outputs) for n in p.get_names()}
         rt.is_active = True
@@ -196,7 +202,7 @@ class OpenVinoRuntime(Runtime):
             try:
                 rt.request.infer(feed)
             except Exception as e:  # noqa: BLE001
-                return SupportProbe(info, True, (), how, " ".join(str(e).split())[:400])
+                return SupportProbe(info, True, (), how, first_line(e))
         finally:
             rt.deactivate()
         return SupportProbe(info, True, (), how)
