@@ -13,6 +13,7 @@ __all__ = [
     "CalibrationRecord",
     "DynamicQuantConfig",
     "StaticQuantConfig",
+    "TensorComparison",
     "TensorOverride",
     "TensorScale",
     "clipping_rates",
@@ -28,7 +29,7 @@ __all__ = [
 
 
 def __getattr__(name: str):  # lazy: comparison and AIMET pull in onnxruntime sessions / pandas
-    if name in ("clipping_rates", "compare_layers", "LayerError", "plot_layer_errors"):
+    if name in ("clipping_rates", "compare_layers", "TensorComparison", "plot_layer_errors"):
         from . import compare
 
         return getattr(compare, name)
