@@ -30,14 +30,15 @@ def test_ppocr_bundle_verifies_localises_and_names_unsupported_op(tmp_path: Path
     members = read_members(res.path)
     man = json.loads(members["manifest.json"])
     assert res.golden == 2 and res.activations > 200 and man["model"]["outputs"][0]["scale"]
-    report = verify_bundle(res.path)
+    report = verify_bundle(res.path, VerifyConfig(runtimes=("all",)))
     assert report.ok, report.failures
+    assert all(run.precision is not None and run.precision.integer_share > 0.9 for run in report.runs)
 
-    # a runtime without Resize (simple profile format)
+    # a runtime without Resize (the short profile form)
     (tmp_path / "p.json").write_text(json.dumps({"name": "no-resize", "ops": {op.split(":")[1]: [1, 99] for op in man["model"]["ops"]
                                                                                if not op.endswith(":Resize")}}))
     r = verify_bundle(res.path, VerifyConfig(target=str(tmp_path / "p.json")))
-    assert [c.kind for c in r.failures] == ["support"] and "Resize not supported" in r.failures[0].detail
+    assert [c.kind for c in r.failures] == ["profile"] and "Resize (unsupported_op)" in r.failures[0].detail
 
     # negate the weights of the 21st Conv: layer-wise comparison names the first tensor they change
     m = onnx.load_from_string(members["model_int8.onnx"])
@@ -49,9 +50,11 @@ def test_ppocr_bundle_verifies_localises_and_names_unsupported_op(tmp_path: Path
     _negate(m, weight)
     members["model_int8.onnx"] = m.SerializeToString()
     r = verify_bundle(repack(members, tmp_path / "tampered", update_manifest=True))
-    # the shipped model holds weights in Constant nodes, so the record lists the weight itself as a
-    # quantized tensor and it is the first to diverge; with initializer weights it is the Conv output
-    assert not r.ok and r.divergence is not None and r.divergence.tensor in (weight, conv.output[0])
+    # the shipped model holds weights in Constant nodes quantized by a QuantizeLinear at run time, so the weight's
+    # DequantizeLinear output is a candidate and the first to diverge; with initializer weights it is the Conv output
+    assert not r.ok and r.divergence is not None and r.divergence.confirmed
+    producer = {o: n.name for n in m.graph.node for o in n.output}
+    assert r.divergence.node in (conv.name, producer.get(weight, weight)), r.divergence
     assert any(c.kind == "output" and c.status == "fail" for c in r.checks)
 
 

@@ -1,4 +1,4 @@
-"""``quantkit verify``: check a deployment bundle on the target runtime; exit non-zero on failure."""
+"""``quantkit verify``: check a deployment bundle on the target's runtimes; exit non-zero on failure."""
 
 from __future__ import annotations
 
@@ -11,20 +11,22 @@ from pathlib import Path
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "verify",
-        help="verify a deployment bundle on this machine's ONNX Runtime",
+        help="verify a deployment bundle on this machine's runtimes (ONNX Runtime, OpenVINO, ...)",
         description=(
-            "Safely unpack BUNDLE, check every digest, the thresholds' binding, the onnxruntime version, opset and "
-            "operator support (optionally against a capability profile), run the golden inputs with the given "
-            "execution providers and compare with the golden outputs and decisions. On a failure, compare layer by "
-            "layer with the golden FP32 activations and name the first diverging tensor. Prints a pass/fail table; "
-            "exit 0 when all checks pass, 4 on a verification failure, 5 when the target lacks an operator."
+            "Safely unpack BUNDLE, check every digest and the thresholds' binding, then on each runtime (at its deployment "
+            "settings: ORT level all, OpenVINO f32 pinned) check that it loads and runs the model, run the golden inputs and "
+            "compare with the golden outputs (QDQ simulation) per output tensor and, through the task adapter, per decision; "
+            "report the share of Conv/MatMul work it ran in int8/uint8 and the latency. On a failure, cut the model to name "
+            "the first diverging tensor and its op. Prints a pass/fail table; exit 0 when all checks pass, 4 on a "
+            "verification failure, 5 when the target lacks an operator."
         ),
     )
     p.add_argument("bundle", type=Path, help="bundle .tar/.tar.gz, its bundle.json, or the folder holding them (dist/)")
-    p.add_argument("--providers", nargs="+", metavar="EP", help="execution providers in priority order (default CPUExecutionProvider)")
-    p.add_argument("--target", type=Path, metavar="PROFILE", help="target runtime capability: profile JSON, packaged profile (tensorrt, openvino, npu-generic) or EP name (see docs/deploy.md)")
-    p.add_argument("--tolerance-steps", type=float, help="override the bundle's output tolerance, in quantization steps")
-    p.add_argument("--require-same-runtime", action="store_true", help="fail when onnxruntime's version differs from the build's")
+    p.add_argument("--runtime", action="append", metavar="NAME", help="onnxruntime | openvino | all (repeatable; default onnxruntime)")
+    p.add_argument("--providers", nargs="+", metavar="EP", help="ONNX Runtime execution providers in priority order (default CPUExecutionProvider)")
+    p.add_argument("--target", metavar="PROFILE", help="also check a documentation-derived capability profile (tensorrt, npu-generic, a .json)")
+    p.add_argument("--tolerance-steps", type=float, help="override the bundle's tolerance, in quantization steps")
+    p.add_argument("--require-same-runtime", action="store_true", help="fail when a runtime's version differs from the build's")
     p.add_argument("--params", type=Path, help="params.yaml; options from its 'bundle.verify' section")
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
     p.set_defaults(func=run)
@@ -36,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = config_from_params(VerifyConfig, args.params, "bundle.verify")
     changes: dict = {}
+    if args.runtime:
+        changes["runtimes"] = tuple(args.runtime)
     if args.providers:
         changes["providers"] = tuple(args.providers)
     if args.target:
@@ -58,14 +62,21 @@ def run(args: argparse.Namespace) -> int:
 
 
 def render(report) -> str:
-    """The pass/fail table: one left-aligned row per check, then VERIFIED or FAILED."""
-    table = report.table()
+    """The pass/fail table (one row per check), a per-runtime summary, then VERIFIED or FAILED."""
     marks = {"pass": "PASS", "fail": "FAIL", "warn": "warn", "skip": "skip"}
-    rows = [(marks[r.status], r.kind, r.name, r.detail) for r in table.itertuples(index=False)]
-    head = ("status", "kind", "check", "detail")
-    widths = [max(len(head[i]), *(len(r[i]) for r in rows)) if rows else len(head[i]) for i in range(3)]
-    lines = [f"bundle {report.bundle} on {', '.join(report.providers)}"]
+    rows = [(marks[c.status], c.runtime or "-", c.kind, c.name, c.detail) for c in report.checks]
+    head = ("status", "runtime", "kind", "check", "detail")
+    widths = [max(len(head[i]), *(len(r[i]) for r in rows)) if rows else len(head[i]) for i in range(4)]
+    lines = [f"bundle {report.bundle}"]
     for r in [head, *rows]:
-        lines.append("  ".join(str(c).ljust(w) for c, w in zip(r[:3], widths)) + "  " + r[3])
+        lines.append("  ".join(str(c).ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4])
+    for run in report.runs:
+        if run.info is None:
+            continue
+        lat = f"{run.latency_ms:.1f} ms (machine-dependent)" if run.latency_ms is not None else "-"
+        prec = "precision not reported" if run.precision is None else "no Conv/MatMul" if run.precision.integer_share != run.precision.integer_share \
+            else f"{100 * run.precision.integer_share:.0f}% of Conv/MatMul MACs in int8"
+        dec = f"decisions {run.decisions_agree}/{run.decisions} agree" if run.decisions else "no decisions"
+        lines.append(f"{'ok  ' if run.ok else 'FAIL'} {run.info.label} {run.info.version}: {dec}, {prec}, {lat}")
     lines.append("VERIFIED" if report.ok else f"FAILED ({len(report.failures)} check(s))")
     return "\n".join(lines)

@@ -1,6 +1,6 @@
 """Tiny QDQ models of the patterns runtimes get wrong, each with a seeded input.
 
-Every model takes a float input, runs one risky quantized construct and ends in a DequantizeLinear whose scale
+Every model takes a float image-like input ``[1, 3, 8, 8]`` (:data:`X_SHAPE`), runs one risky quantized construct and ends in a DequantizeLinear whose scale
 is known (:attr:`PatternCase.output_scale`), so a runtime's output can be compared with ONNX's reference
 evaluator in quantization steps. Families (``Pattern.family``):
 
@@ -8,7 +8,7 @@ evaluator in quantization steps. Families (``Pattern.family``):
 * ``resize``: QDQ around Resize (fused into an 8-bit Resize by ORT) for each mode / coordinate transform /
   nearest rounding, to a non-integer size (8x8 -> 13x11, where the transforms differ);
 * ``per_channel``: per-channel int8 weights of Conv (axis 0), ConvTranspose (axis 1), Gemm (transB, axis 0;
-  and axis 1) and MatMul (axis 1);
+  and axis 1) and MatMul (axis 1) (Gemm and MatMul on the flattened input);
 * ``activation_sign``: the same Conv chain with unsigned (zero point 128) and signed (zero point -20) 8-bit
   activations;
 * ``activation_16bit``: 16-bit activations (uint16 / int16, opset 21) with int8 weights;
@@ -111,7 +111,11 @@ class _G:
         return m
 
 
-def _x(shape: Sequence[int] = (1, 4, 8, 8), seed: int = 0, scale: float = 1.0) -> dict[str, np.ndarray]:
+X_SHAPE = (1, 3, 8, 8)
+"""Every pattern takes one image-like float input of this shape (so a bundle can be built from it with image golden data)."""
+
+
+def _x(shape: Sequence[int] = X_SHAPE, seed: int = 0, scale: float = 1.0) -> dict[str, np.ndarray]:
     return {"x": (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)}
 
 
@@ -122,11 +126,11 @@ def _rng(seed: int) -> np.random.Generator:
 def concat_scales() -> PatternCase:
     g, r = _G(19), _rng(1)
     xd = g.qdq("x", 0.03, 128, "uint8", "in")
-    a = g.qdq(g.node("Conv", [xd, g.weight(r.normal(0, 0.3, (4, 4, 3, 3)), 0, "int8", "wa")], "conv_a", pads=[1, 1, 1, 1]), 0.02, 128, "uint8", "a")
-    b = g.qdq(g.node("Conv", [xd, g.weight(r.normal(0, 8.0, (4, 4, 3, 3)), 0, "int8", "wb")], "conv_b", pads=[1, 1, 1, 1]), 0.5, 128, "uint8", "b")
+    a = g.qdq(g.node("Conv", [xd, g.weight(r.normal(0, 0.3, (4, 3, 3, 3)), 0, "int8", "wa")], "conv_a", pads=[1, 1, 1, 1]), 0.02, 128, "uint8", "a")
+    b = g.qdq(g.node("Conv", [xd, g.weight(r.normal(0, 8.0, (4, 3, 3, 3)), 0, "int8", "wb")], "conv_b", pads=[1, 1, 1, 1]), 0.5, 128, "uint8", "b")
     c = g.qdq(g.node("Concat", [a, b], "concat", axis=1), 0.5, 128, "uint8", "cat")
     y = g.qdq(g.node("Conv", [c, g.weight(r.normal(0, 0.2, (4, 8, 3, 3)), 0, "int8", "wc")], "conv_c", pads=[1, 1, 1, 1]), 0.25, 128, "uint8", "y")
-    return PatternCase(g.model((1, 4, 8, 8), y), _x(), 0.25)
+    return PatternCase(g.model(X_SHAPE, y), _x(), 0.25)
 
 
 def resize(mode: str, coord: str, nearest: str = "round_prefer_floor") -> Callable[[], PatternCase]:
@@ -135,12 +139,12 @@ def resize(mode: str, coord: str, nearest: str = "round_prefer_floor") -> Callab
         xd = g.qdq("x", 0.03, 128, "uint8", "in")
         roi = g.const("roi", np.zeros(0, np.float32))
         scales = g.const("scales", np.zeros(0, np.float32))
-        sizes = g.const("sizes", np.array([1, 4, 13, 11], np.int64))
+        sizes = g.const("sizes", np.array([1, 3, 13, 11], np.int64))
         attrs: dict[str, Any] = {"mode": mode, "coordinate_transformation_mode": coord}
         if mode == "nearest":
             attrs["nearest_mode"] = nearest
         y = g.qdq(g.node("Resize", [xd, roi, scales, sizes], "resize", **attrs), 0.03, 128, "uint8", "y")
-        return PatternCase(g.model((1, 4, 8, 8), y), _x(), 0.03)
+        return PatternCase(g.model(X_SHAPE, y), _x(), 0.03)
     return build
 
 
@@ -148,23 +152,21 @@ def per_channel(op: str, axis: int) -> Callable[[], PatternCase]:
     def build() -> PatternCase:
         g, r = _G(19), _rng(2)
         if op == "Conv":
-            w = r.normal(0, 0.3, (6, 4, 3, 3)) * np.geomspace(0.05, 5, 6)[:, None, None, None]
+            w = r.normal(0, 0.3, (6, 3, 3, 3)) * np.geomspace(0.05, 5, 6)[:, None, None, None]
             h = g.node("Conv", [g.qdq("x", 0.03, 128, "uint8", "in"), g.weight(w, axis, "int8", "w")], "conv", pads=[1, 1, 1, 1])
-            x_shape, out_scale = (1, 4, 8, 8), 0.1
         elif op == "ConvTranspose":
-            w = r.normal(0, 0.3, (4, 6, 3, 3)) * np.geomspace(0.05, 5, 6)[None, :, None, None]
+            w = r.normal(0, 0.3, (3, 6, 3, 3)) * np.geomspace(0.05, 5, 6)[None, :, None, None]
             h = g.node("ConvTranspose", [g.qdq("x", 0.03, 128, "uint8", "in"), g.weight(w, axis, "int8", "w")], "convtranspose", strides=[2, 2])
-            x_shape, out_scale = (1, 4, 8, 8), 0.1
-        else:  # Gemm / MatMul on a [1, 32] input
-            n, k = 16, 32
+        else:  # Gemm / MatMul on the flattened [1, 192] input
+            n, k = 16, int(np.prod(X_SHAPE))
             trans = op == "Gemm" and axis == 0
-            w = r.normal(0, 0.3, (n, k) if trans else (k, n))
+            w = r.normal(0, 0.1, (n, k) if trans else (k, n))
             w = w * (np.geomspace(0.05, 5, n)[:, None] if trans else np.geomspace(0.05, 5, n)[None, :])
             attrs = {"transB": 1} if trans else {}
-            h = g.node(op, [g.qdq("x", 0.03, 128, "uint8", "in"), g.weight(w, axis, "int8", "w")], op.lower(), **attrs)
-            x_shape, out_scale = (1, k), 0.1
-        y = g.qdq(h, out_scale, 128, "uint8", "y")
-        return PatternCase(g.model(x_shape, y), _x(x_shape), out_scale)
+            flat = g.node("Flatten", ["x"], "flatten", axis=1)
+            h = g.node(op, [g.qdq(flat, 0.03, 128, "uint8", "in"), g.weight(w, axis, "int8", "w")], op.lower(), **attrs)
+        y = g.qdq(h, 0.1, 128, "uint8", "y")
+        return PatternCase(g.model(X_SHAPE, y), _x(), 0.1)
     return build
 
 
@@ -176,19 +178,19 @@ def activations(dtype: str) -> Callable[[], PatternCase]:
         fine = 256.0 if bits == 16 else 1.0
         g, r = _G(21 if bits == 16 else 19), _rng(3)
         xd = g.qdq("x", 0.03 / fine, zp, dtype, "in")
-        h = g.node("Conv", [xd, g.weight(r.normal(0, 0.3, (6, 4, 3, 3)), 0, "int8", "w1")], "conv1", pads=[1, 1, 1, 1])
+        h = g.node("Conv", [xd, g.weight(r.normal(0, 0.3, (6, 3, 3, 3)), 0, "int8", "w1")], "conv1", pads=[1, 1, 1, 1])
         h = g.qdq(g.node("Relu", [g.qdq(h, 0.05 / fine, zp, dtype, "h")], "relu"), 0.05 / fine, zp, dtype, "r")
         y = g.qdq(g.node("Conv", [h, g.weight(r.normal(0, 0.3, (4, 6, 3, 3)), 0, "int8", "w2")], "conv2", pads=[1, 1, 1, 1]), 0.05 / fine, zp, dtype, "y")
-        return PatternCase(g.model((1, 4, 8, 8), y), _x(), 0.05 / fine)
+        return PatternCase(g.model(X_SHAPE, y), _x(), 0.05 / fine)
     return build
 
 
 def weights_4bit(dtype: str) -> PatternCase:
     g, r = _G(21), _rng(4)
     xd = g.qdq("x", 0.03, 128, "uint8", "in")
-    h = g.node("Conv", [xd, g.weight(r.normal(0, 0.3, (6, 4, 3, 3)), 0, dtype, "w")], "conv", pads=[1, 1, 1, 1])
+    h = g.node("Conv", [xd, g.weight(r.normal(0, 0.3, (6, 3, 3, 3)), 0, dtype, "w")], "conv", pads=[1, 1, 1, 1])
     y = g.qdq(h, 0.05, 128, "uint8", "y")
-    return PatternCase(g.model((1, 4, 8, 8), y), _x(), 0.05)
+    return PatternCase(g.model(X_SHAPE, y), _x(), 0.05)
 
 
 def saturation_u8s8() -> PatternCase:
@@ -196,9 +198,9 @@ def saturation_u8s8() -> PatternCase:
     (255 * 127 * 2 = 64770 > 32767) on x86 CPUs without VNNI (AVX2 ``vpmaddubsw``), unless the runtime guards."""
     g = _G(19)
     xd = g.qdq("x", 1 / 255, 0, "uint8", "in")
-    y = g.qdq(g.node("Conv", [xd, g.weight(np.ones((4, 16, 1, 1)), 0, "int8", "w")], "conv"), 16 / 255, 0, "uint8", "y")
-    x = np.random.default_rng(5).uniform(0.9, 1.0, (1, 16, 4, 4)).astype(np.float32)
-    return PatternCase(g.model((1, 16, 4, 4), y), {"x": x}, 16 / 255)
+    y = g.qdq(g.node("Conv", [xd, g.weight(np.ones((4, 3, 1, 1)), 0, "int8", "w")], "conv"), 3 / 255, 0, "uint8", "y")
+    x = np.random.default_rng(5).uniform(0.9, 1.0, X_SHAPE).astype(np.float32)
+    return PatternCase(g.model(X_SHAPE, y), {"x": x}, 3 / 255)
 
 
 def rounding() -> PatternCase:
@@ -206,9 +208,9 @@ def rounding() -> PatternCase:
     g = _G(19)
     s = 0.1
     xd = g.qdq("x", s, 0, "int8", "in")
-    y = g.qdq(g.node("Conv", [xd, g.weight(np.eye(4).reshape(4, 4, 1, 1), 0, "int8", "w")], "conv"), s, 0, "int8", "y")
-    k = np.arange(-40, 40, dtype=np.float32).reshape(1, 4, 4, 5)
-    return PatternCase(g.model((1, 4, 4, 5), y), {"x": ((k + 0.5) * s).astype(np.float32)}, s)
+    y = g.qdq(g.node("Conv", [xd, g.weight(np.eye(3).reshape(3, 3, 1, 1), 0, "int8", "w")], "conv"), s, 0, "int8", "y")
+    k = np.arange(-96, 96, dtype=np.float32).reshape(X_SHAPE)
+    return PatternCase(g.model(X_SHAPE, y), {"x": ((k + 0.5) * s).astype(np.float32)}, s)
 
 
 PATTERNS: tuple[Pattern, ...] = (

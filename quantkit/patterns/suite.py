@@ -142,9 +142,12 @@ def reference_output(model: Any, feed: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def run_pattern(pattern: Pattern, variant: RuntimeVariant, tolerance_steps: float = TOLERANCE_STEPS,
-                reference: np.ndarray | None = None) -> PatternResult:
-    """Build ``pattern``, run it on ``variant`` and compare with the reference evaluator (module docstring)."""
+                reference: np.ndarray | None = None, feed: dict[str, np.ndarray] | None = None) -> PatternResult:
+    """Build ``pattern``, run it on ``variant`` (on its seeded input, or ``feed``) and compare with the reference
+    evaluator (module docstring)."""
     case = pattern.build()
+    if feed is not None:
+        case = dataclasses.replace(case, feed=feed)
     ref = reference_output(case.model, case.feed) if reference is None else reference
     rt = make_runtime(variant.runtime, case.model, name=pattern.name, **dict(variant.options))
     version = type(rt).version()

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ..errors import ModelError
 from . import make_runtime
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ class Divergence:
     from (looking through its QuantizeLinear/DequantizeLinear pair). at: the cut's :class:`TensorCheck`.
     inputs: the checks of the candidate tensors feeding that node (all agree when the divergence starts there).
     outputs: the unmodified model's graph outputs on the target vs the reference (the confirmation).
-    cuts: cut models compiled.
+    cuts: cut models compiled. unobservable: candidate tensors whose cut the target could not compile (skipped).
     """
 
     tensor: str
@@ -74,6 +75,7 @@ class Divergence:
     inputs: tuple[TensorCheck, ...]
     outputs: tuple[TensorCheck, ...]
     cuts: int
+    unobservable: tuple[str, ...] = ()
 
     @property
     def confirmed(self) -> bool:
@@ -91,7 +93,7 @@ class Divergence:
     def to_dict(self) -> dict[str, Any]:
         return {"tensor": self.tensor, "node": self.node, "op_type": self.op_type, "at": self.at.to_dict(),
                 "inputs": [i.to_dict() for i in self.inputs], "outputs": [o.to_dict() for o in self.outputs],
-                "cuts": self.cuts, "confirmed": self.confirmed}
+                "cuts": self.cuts, "unobservable": list(self.unobservable), "confirmed": self.confirmed}
 
 
 def quantized_tensors(model: Any) -> list[str]:
@@ -233,30 +235,47 @@ def localize(model: Any, feed: Mapping[str, np.ndarray], target: Target, referen
     """
     cands = [c for c in (candidates or quantized_tensors(model))]
     checks: dict[str, TensorCheck] = {}
+    unobservable: set[str] = set()
     cuts = 0
 
     def check(names: Sequence[str]) -> list[TensorCheck]:
+        """Checks of ``names`` (cached); a cut the target cannot compile makes its tensors unobservable."""
         nonlocal cuts
-        need = [n for n in names if n not in checks]
+        need = [n for n in names if n not in checks and n not in unobservable]
         refs = reference.values(need)
         need = [n for n in need if n in refs]
         if need:
-            got = target(cut_model(model, need), need)
+            try:
+                got = target(cut_model(model, need), need)
+            except ModelError as e:  # e.g. OpenVINO: "FQ stripping failed" on a cut ending in a bare Q/DQ pair
+                log.info("cut at %s cannot be compiled on the target (%s); skipped", need, e)
+                if len(need) > 1:
+                    for n in need:
+                        check([n])
+                    return [checks[n] for n in names if n in checks]
+                unobservable.add(need[0])
+                return []
             cuts += 1
             for n in need:
                 ref, idx = refs[n]
                 checks[n] = compare_tensor(n, got[n], ref, idx, tolerance.get(n, 0.0), max_mismatch)
         return [checks[n] for n in names if n in checks]
 
-    usable = list(reference.values(cands))
+    usable = set(reference.values(cands))
     cands = [c for c in cands if c in usable]
-    if not cands or not check([cands[-1]])[0].diverged:
+    last = check(cands[-1:]) if cands else []
+    if not last or not last[0].diverged:
         return None
     lo, hi = -1, len(cands) - 1
     for _ in range(len(cands)):  # bisection, then back off while an input of the found node already diverges
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if check([cands[mid]])[0].diverged:
+            got_mid = check([cands[mid]])
+            if not got_mid:  # unobservable on the target: drop it and bisect the rest
+                cands.pop(mid)
+                hi -= 1
+                continue
+            if got_mid[0].diverged:
                 hi = mid
             else:
                 lo = mid
@@ -272,7 +291,7 @@ def localize(model: Any, feed: Mapping[str, np.ndarray], target: Target, referen
     refs = reference.values(outputs)
     outs = tuple(compare_tensor(o, full[o], *refs[o], tolerance.get(o, 0.0), max_mismatch) for o in outputs if o in refs)
     inputs = tuple(checks[c] for c in _feeding_candidates(model, tensor, set(cands)) if c in checks)
-    return Divergence(tensor, node, op, checks[tensor], inputs, outs, cuts)
+    return Divergence(tensor, node, op, checks[tensor], inputs, outs, cuts, tuple(sorted(unobservable)))
 
 
 def _feeding_candidates(model: Any, tensor: str, cands: set[str]) -> list[str]:

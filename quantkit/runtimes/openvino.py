@@ -70,6 +70,7 @@ class OpenVinoRuntime(Runtime):
         self.request: Any = None
         self.ov_model: Any = None
         self._out_index: dict[str, int] = {}
+        self._out_names: list[str] = []
 
     @classmethod
     def version(cls) -> str:
@@ -119,10 +120,7 @@ class OpenVinoRuntime(Runtime):
         self.ov_model = self._read()
         self.compiled = self._compile()
         self.request = self.compiled.create_infer_request()
-        self._out_index = {}
-        for i, port in enumerate(self.compiled.outputs):
-            for n in port.get_names():
-                self._out_index.setdefault(n, i)
+        self._out_index, self._out_names = _output_index(self.compiled, self.model, self.outputs)
 
     def deactivate_impl(self) -> None:
         self.request = self.compiled = self.ov_model = None
@@ -141,7 +139,7 @@ class OpenVinoRuntime(Runtime):
         return [p.get_any_name() for p in self.compiled.inputs]
 
     def output_names_impl(self) -> list[str]:
-        return [p.get_any_name() for p in self.compiled.outputs]
+        return list(self._out_names)
 
     def info_impl(self) -> RuntimeInfo:
         core = _core()
@@ -195,7 +193,7 @@ class OpenVinoRuntime(Runtime):
         except ModelError:
             return SupportProbe(None, False, (NodeIssue("<model>", "", "load", first_line(rt.load_error)),), how)
         rt.request = rt.compiled.create_infer_request()
-        rt._out_index = {n: i for i, p in enumerate(rt.compiled.outputs) for n in p.get_names()}
+        rt._out_index, rt._out_names = _output_index(rt.compiled, model, ())
         rt.is_active = True
         try:
             info = rt.info()
@@ -206,6 +204,29 @@ class OpenVinoRuntime(Runtime):
         finally:
             rt.deactivate()
         return SupportProbe(info, True, (), how)
+
+
+def _output_index(compiled: Any, model: Any, extra: Sequence[str]) -> tuple[dict[str, int], list[str]]:
+    """``({output name: port index}, [name per port])``: the ports' tensor names, and the ONNX graph output names in
+    order, which are the names reported (a port carries several names, e.g. the producing node's output too)."""
+    import onnx
+
+    index: dict[str, int] = {}
+    for i, port in enumerate(compiled.outputs):
+        for n in port.get_names():
+            index.setdefault(n, i)
+    if isinstance(model, onnx.ModelProto):
+        graph_outputs = [o.name for o in model.graph.output]
+    elif isinstance(model, (bytes, bytearray)):
+        graph_outputs = [o.name for o in onnx.load_from_string(bytes(model)).graph.output]
+    else:
+        graph_outputs = [o.name for o in onnx.load(os.fspath(model), load_external_data=False).graph.output]
+    names = graph_outputs + [n for n in extra if n not in graph_outputs]
+    if len(names) != len(compiled.outputs):
+        return index, [p.get_any_name() for p in compiled.outputs]
+    for i, n in enumerate(names):
+        index.setdefault(n, i)
+    return index, names
 
 
 def _unconverted(message: str) -> str:

@@ -94,6 +94,10 @@ class OrtRuntime(Runtime):
     def _session(self, profile_prefix: str | None = None) -> Any:
         import onnxruntime as ort
 
+        missing = [p for p in self.providers if p not in ort.get_available_providers()]
+        if missing:  # ORT would print a warning and fall back to CPU silently
+            raise ModelError(f"{self.name}: execution provider {missing[0]} is not in this onnxruntime build "
+                             f"(available: {', '.join(ort.get_available_providers())}); install the build that has it")
         src, _ = as_model_bytes(self.model, self.outputs)
         try:
             return ort.InferenceSession(src, sess_options=self._options(profile_prefix), providers=list(self.providers))

@@ -115,8 +115,8 @@ def integer_share(model: Any, nodes: Sequence[NodePrecision]) -> PrecisionSummar
     for rn in nodes:
         if not _KERNEL.search(rn.op_type):
             continue
-        for orig in rn.original:
-            onnx_name = names.get(orig)
+        for orig in rn.original:  # OpenVINO names a Conv's bias-free part "<node>/WithoutBiases"
+            onnx_name = names.get(orig) or names.get(orig.split("/", 1)[0])
             if onnx_name in macs and (seen.get(onnx_name) not in INTEGER_PRECISIONS):
                 seen[onnx_name] = rn.precision
     total = sum(macs.values())
