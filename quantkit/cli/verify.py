@@ -27,8 +27,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--target", metavar="PROFILE", help="also check a documentation-derived capability profile (tensorrt, npu-generic, a .json)")
     p.add_argument("--tolerance-steps", type=float, help="override the bundle's tolerance, in quantization steps")
     p.add_argument("--require-same-runtime", action="store_true", help="fail when a runtime's version differs from the build's")
-    p.add_argument("--params", type=Path, help="params.yaml; options from its 'bundle.verify' section")
+    p.add_argument("--params", type=Path, help="params.yaml; options from its 'bundle.verify' section ('verify' with --out)")
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
+    g = p.add_argument_group("the main job's verify stage (writes one artifact the shift report reads)")
+    g.add_argument("--out", type=Path, help="write the deployment verification (runtimes from params 'verify', agreement with FP32 per site set)")
+    g.add_argument("--fp32", type=Path, help="with --out: intake folder (model.onnx), the FP32 reference")
+    g.add_argument("--site-set", type=Path, action="append", default=[], metavar="DIR", help="with --out: a site set (repeatable)")
     p.set_defaults(func=run)
 
 
@@ -36,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
     from ..bundle import VerifyConfig, verify_bundle
     from ..config import config_from_params
 
+    if args.out is not None:
+        return run_deployment(args)
     cfg = config_from_params(VerifyConfig, args.params, "bundle.verify")
     changes: dict = {}
     if args.runtime:
@@ -58,6 +64,38 @@ def run(args: argparse.Namespace) -> int:
     err = report.error()
     if err is not None:
         raise err
+    return 0
+
+
+def run_deployment(args: argparse.Namespace) -> int:
+    """``--out``: verify the bundle on params' target runtimes and measure agreement with FP32 per site set."""
+    from ..bundle.deployment import DeploymentVerifyConfig, verify_deployment
+    from ..config import config_from_params
+    from ..errors import ConfigError, VerificationError
+
+    if args.fp32 is None or not args.site_set:
+        raise ConfigError("--out needs --fp32 INTAKE_DIR and at least one --site-set DIR")
+    cfg = config_from_params(DeploymentVerifyConfig, args.params, "verify")
+    if args.runtime:
+        cfg = cfg.replace(runtimes=tuple(args.runtime))
+    result = verify_deployment(args.bundle, args.fp32, args.site_set, cfg)
+    result.save(args.out)
+    if args.json:
+        sys.stdout.write(json.dumps(result.to_dict(), indent=2, sort_keys=True) + "\n")
+    else:
+        for r in result.runtimes:
+            if not r.installed:
+                sys.stdout.write(f"{r.runtime:<12} not installed here\n")
+                continue
+            sites = ", ".join(f"{s.site_set} F1 {s.f1_vs_fp32:.3f}" for s in r.sites)
+            lat = f"{r.latency_ms:.1f} ms" if r.latency_ms is not None else "-"
+            share = f"{100 * r.integer_share:.0f}% int8" if r.integer_share is not None else "-"
+            sys.stdout.write(f"{r.label:<20} {'verified' if r.verified else 'FAILED':<9} {share:<9} {lat:>9} (machine-dependent)  vs FP32: {sites}\n")
+            for f in r.failures:
+                sys.stdout.write(f"    {f}\n")
+        sys.stdout.write(f"wrote {args.out}\n")
+    if cfg.fail and not result.ok:
+        raise VerificationError(f"{args.bundle}: verification failed on {', '.join(r.runtime for r in result.runtimes if r.installed and not r.verified)}")
     return 0
 
 
