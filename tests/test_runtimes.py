@@ -93,7 +93,7 @@ def test_integer_share_from_the_runtimes_own_account():
     """ORT at 'disable' runs the QDQ graph's Conv in float; at 'all' it fuses it into QLinearConv (u8)."""
     case = get_pattern("activations_uint8").build()
     macs = compute_macs(case.model)
-    assert set(macs) == {"conv1", "conv2"} and macs["conv1"] == 1 * 6 * 8 * 8 * 4 * 3 * 3
+    assert set(macs) == {"conv1", "conv2"} and macs["conv1"] == 1 * 6 * 8 * 8 * 3 * 3 * 3  # prod(Y) * C_in * kh * kw
     shares = {}
     for name, opts in [("onnxruntime", {"graph_optimization_level": "disable"}), ("onnxruntime", {"graph_optimization_level": "all"})] + \
             ([("openvino", {})] if "openvino" in available_runtimes() else []):

@@ -30,7 +30,7 @@ from ..runtimes import available_runtimes, make_runtime
 from ..runtimes.precision import cpu_isa
 from .archive import safe_extract
 from .decisions import agreement, decide
-from .target import DEPLOYMENT_OPTIONS
+from .target import runtime_options
 from .typed import ThresholdSet
 from .verify import VerifyConfig, resolve_bundle, verify_bundle
 
@@ -129,7 +129,7 @@ def verify_deployment(bundle: str | Path, fp32: str | Path, site_sets: Sequence[
     sets = [CalibrationSet.load(s) for s in site_sets]
     installed = set(available_runtimes())
     targets = [r for r in cfg.runtimes if r in installed]
-    report = verify_bundle(path, VerifyConfig(runtimes=tuple(targets) or ("onnxruntime",)))
+    report = verify_bundle(path, VerifyConfig(runtimes=tuple(targets) or ("onnxruntime",), threads=cfg.threads))
     results = []
     with tempfile.TemporaryDirectory(prefix="quantkit-deploy-") as tmp:
         ex = safe_extract(path, Path(tmp) / "b")
@@ -157,9 +157,7 @@ def verify_deployment(bundle: str | Path, fp32: str | Path, site_sets: Sequence[
 def _decisions(runtime: str, model: Path, cset: Any, pre: Any, ts: Any, cfg: DeploymentVerifyConfig, fp32: bool = False) -> list[dict[str, Any]]:
     from ..calibset import CalibrationSetReader
 
-    opts = dict(DEPLOYMENT_OPTIONS.get(runtime, {}))
-    if cfg.threads:
-        opts["intra_op_num_threads" if runtime == "onnxruntime" else "num_threads"] = cfg.threads
+    opts = runtime_options(runtime, cfg.threads)
     reader = CalibrationSetReader(cset, pre, batch_size=1)
     n = len(reader) if cfg.max_images == 0 else min(cfg.max_images, len(reader))
     reader.set_range(0, n)

@@ -61,6 +61,14 @@ class RuntimeRun:
                 "decisions_agree": self.decisions_agree, "decisions": self.decisions}
 
 
+def runtime_options(runtime: str, threads: int = 0) -> dict[str, Any]:
+    """The deployment options of ``runtime`` (``DEPLOYMENT_OPTIONS``), with ``threads`` intra-op threads when non-zero."""
+    opts = dict(DEPLOYMENT_OPTIONS.get(runtime, {}))
+    if threads:
+        opts["intra_op_num_threads" if runtime == "onnxruntime" else "num_threads"] = threads
+    return opts
+
+
 def load_npy(ex: ExtractedBundle, name: str | None) -> np.ndarray | None:
     """A member array via ``np.load(allow_pickle=False)``; ``None`` when absent or not a plain .npy."""
     if not isinstance(name, str) or name not in ex.manifest["members"]:
@@ -76,7 +84,7 @@ def verify_on(runtime: str, ex: ExtractedBundle, man: BundleManifest, model: Any
     """Every per-runtime check (module docstring) as rows through ``add(kind, name, status, detail)``."""
     from ..intake.support import check_support
 
-    opts = dict(DEPLOYMENT_OPTIONS.get(runtime, {}))
+    opts = runtime_options(runtime, cfg.threads)
     if runtime == "onnxruntime":
         opts["providers"] = tuple(cfg.providers)
     cls = runtime_class(runtime)

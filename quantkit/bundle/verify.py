@@ -46,6 +46,7 @@ class VerifyConfig(Config):
     decision_min_f1: decisions agree when matched one-to-one at least this well (F1; 1.0 = the same detections).
     decision_min_iou: IoU at which a target detection matches a golden one.
     latency_repeats: timed runs per golden input (after the comparison run).
+    threads: intra-op threads of every runtime (0 = each runtime's default).
     localize: after a failure, cut the model to name the first diverging tensor.
     """
 
@@ -58,6 +59,7 @@ class VerifyConfig(Config):
     decision_min_f1: float = 1.0
     decision_min_iou: float = 0.5
     latency_repeats: int = 3
+    threads: int = 0
     localize: bool = True
 
     def validate(self) -> None:
@@ -71,8 +73,8 @@ class VerifyConfig(Config):
             raise ConfigError(f"verify.max_mismatch: {self.max_mismatch} must be in [0, 1)")
         if not 0 < self.decision_min_f1 <= 1 or not 0 < self.decision_min_iou <= 1:
             raise ConfigError("verify.decision_min_f1 / decision_min_iou: must be in (0, 1]")
-        if self.latency_repeats < 0:
-            raise ConfigError(f"verify.latency_repeats: {self.latency_repeats} must be >= 0")
+        if self.latency_repeats < 0 or self.threads < 0:
+            raise ConfigError("verify.latency_repeats / verify.threads: must be >= 0")
 
     def resolved_runtimes(self) -> tuple[str, ...]:
         """``runtimes`` with ``all`` expanded to the installed runtimes.
