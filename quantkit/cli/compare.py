@@ -81,6 +81,8 @@ def render_runtimes(rc: Any) -> str:
              f"{rc.tolerance_steps:g} step off vs the QDQ simulation"]
     t = rc.table()
     lines.append(t.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    for label, why in rc.refused:
+        lines.append(f"{label}: REFUSES the quantized model: {why}")
     for label, div in rc.parts:
         parted = any(o.mismatch > rc.max_mismatch for o in rc.outputs if o.runtime == label)
         if not parted:

@@ -103,6 +103,16 @@ def patterns_in(model: Any) -> list[tuple[str, list[str]]]:
             x = prod.get(n.input[0])
             if _zp_type(model, dq) == "int8" and x is not None and x.op_type == "DequantizeLinear" and _zp_type(model, x) == "uint8":
                 add("saturation_u8s8", _name(n, i))
+        elif n.op_type in ("Sigmoid", "Add", "Mul") and n.input and n.input[0] in prod and prod[n.input[0]].op_type == "DequantizeLinear" \
+                and any(c.op_type == "QuantizeLinear" for c in consumers.get(n.output[0], [])):
+            if n.op_type == "Sigmoid":
+                add("qdq_sigmoid", _name(n, i))
+                q_in = prod.get(prod[n.input[0]].input[0])
+                src = prod.get(q_in.input[0]) if q_in is not None and q_in.op_type == "QuantizeLinear" else None
+                if src is not None and src.op_type == "Conv":
+                    add("conv_sigmoid_fine_output", _name(n, i))
+            elif len(n.input) > 1 and n.input[1] in prod and prod[n.input[1]].op_type == "DequantizeLinear":
+                add(f"qdq_{n.op_type.lower()}_mixed_scales", _name(n, i))
         elif n.op_type == "QuantizeLinear" and n.input[0] not in inits:
             t = _zp_type(model, n)
             if t in ("uint8", "int8", "uint16", "int16"):

@@ -13,6 +13,7 @@ evaluator in quantization steps. Families (``Pattern.family``):
   activations;
 * ``activation_16bit``: 16-bit activations (uint16 / int16, opset 21) with int8 weights;
 * ``weight_4bit``: int4 / uint4 weights (opset 21) with uint8 activations;
+* ``elementwise``: QDQ around Sigmoid (a lookup table once fused), Add and Mul of inputs with different scales;
 * ``saturation``: uint8 activations near 255 times int8 weights of +127 (AVX2 without VNNI sums pairs of
   products in 16 bits and saturates);
 * ``rounding``: QuantizeLinear of values exactly half-way between two steps (ONNX: round half to even).
@@ -193,6 +194,29 @@ def weights_4bit(dtype: str) -> PatternCase:
     return PatternCase(g.model(X_SHAPE, y), _x(), 0.05)
 
 
+def elementwise(op: str) -> PatternCase:
+    """QDQ around an element-wise op that ORT fuses into an 8-bit kernel (``QLinearSigmoid`` is a lookup table;
+    ``QLinearAdd`` / ``QLinearMul`` requantize two inputs of different scales)."""
+    g = _G(19)
+    xd = g.qdq("x", 0.05, 128, "uint8", "in")
+    if op == "Sigmoid":
+        y = g.qdq(g.node("Sigmoid", [xd], "sigmoid"), 1 / 255, 0, "uint8", "y")
+        return PatternCase(g.model(X_SHAPE, y), _x(scale=3.0), 1 / 255)
+    other = g.qdq(g.node("Mul", [xd, g.const("k", np.array(0.37, np.float32))], "scale_branch"), 0.013, 100, "uint8", "b")
+    y = g.qdq(g.node(op, [xd, other], op.lower()), 0.07 if op == "Add" else 0.02, 120, "uint8", "y")
+    return PatternCase(g.model(X_SHAPE, y), _x(scale=2.0), 0.07 if op == "Add" else 0.02)
+
+
+def conv_sigmoid_fine_output() -> PatternCase:
+    """int8 Conv requantized to a coarse scale (0.057), then Sigmoid quantized to 1/255: a one-step rounding
+    difference of the Conv output moves the Sigmoid output by up to 0.25 * 0.057 * 255 = 3.6 steps (YOLOX's SiLU)."""
+    g, r = _G(19), _rng(6)
+    xd = g.qdq("x", 0.03, 128, "uint8", "in")
+    h = g.qdq(g.node("Conv", [xd, g.weight(r.normal(0, 0.5, (8, 3, 3, 3)), 0, "int8", "w")], "conv", pads=[1, 1, 1, 1]), 0.057, 128, "uint8", "h")
+    y = g.qdq(g.node("Sigmoid", [h], "sigmoid"), 1 / 255, 0, "uint8", "y")
+    return PatternCase(g.model(X_SHAPE, y), _x(), 1 / 255)
+
+
 def saturation_u8s8() -> PatternCase:
     """uint8 activations near 255 times int8 weights of +127: adjacent products summed in 16 bits overflow
     (255 * 127 * 2 = 64770 > 32767) on x86 CPUs without VNNI (AVX2 ``vpmaddubsw``), unless the runtime guards."""
@@ -232,6 +256,10 @@ PATTERNS: tuple[Pattern, ...] = (
     Pattern("activations_int16", "activation_16bit", "int16 activations, int8 weights (opset 21)", activations("int16")),
     Pattern("weights_int4", "weight_4bit", "int4 per-channel Conv weights, uint8 activations (opset 21)", lambda: weights_4bit("int4")),
     Pattern("weights_uint4", "weight_4bit", "uint4 per-channel Conv weights, uint8 activations (opset 21)", lambda: weights_4bit("uint4")),
+    Pattern("qdq_sigmoid", "elementwise", "QDQ around Sigmoid (ORT: 8-bit lookup table, QLinearSigmoid)", lambda: elementwise("Sigmoid")),
+    Pattern("conv_sigmoid_fine_output", "elementwise", "int8 Conv at a coarse scale into Sigmoid quantized to 1/255 (YOLOX SiLU)", conv_sigmoid_fine_output),
+    Pattern("qdq_add_mixed_scales", "elementwise", "QDQ Add of two inputs with different scales and zero points (QLinearAdd)", lambda: elementwise("Add")),
+    Pattern("qdq_mul_mixed_scales", "elementwise", "QDQ Mul of two inputs with different scales and zero points (QLinearMul)", lambda: elementwise("Mul")),
     Pattern("saturation_u8s8", "saturation", "uint8 activations near 255 x int8 weights +127 (16-bit overflow without VNNI)", saturation_u8s8),
     Pattern("quantize_round_half", "rounding", "QuantizeLinear of values half-way between steps (ONNX: round half to even)", rounding),
 )

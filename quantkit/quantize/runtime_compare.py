@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import ModelError
 from ..progress import progress
 from ..runtimes import RuntimeInfo, make_runtime
 from ..runtimes.localize import Divergence, RuntimeReference, bound_target, dq_scales, localize
@@ -65,6 +66,7 @@ class RuntimeComparison:
     tolerance_steps: float
     max_mismatch: float
     images: int
+    refused: tuple[tuple[str, str], ...] = ()
 
     def table(self) -> Any:
         """The output rows as a pandas DataFrame."""
@@ -75,7 +77,7 @@ class RuntimeComparison:
     def to_dict(self) -> dict[str, Any]:
         return {"images": self.images, "tolerance_steps": self.tolerance_steps, "max_mismatch": self.max_mismatch,
                 "runtimes": [r.to_dict() for r in self.runtimes], "outputs": [o.to_dict() for o in self.outputs],
-                "parts": {k: (d.to_dict() if d else None) for k, d in self.parts}}
+                "parts": {k: (d.to_dict() if d else None) for k, d in self.parts}, "refused": dict(self.refused)}
 
 
 class _Acc:
@@ -138,7 +140,8 @@ def compare_runtimes(fp32_model: Any, quant_model: Any, batches: Iterable[dict[s
         localize_parts: cut the graph to name the first tensor where a parting runtime diverges.
 
     Raises:
-        ModelError: a runtime refuses a model (the message names the runtime and its reason).
+        ModelError: ONNX Runtime refuses the FP32 model or the simulation. A deployment runtime that refuses the INT8
+            model is listed in :attr:`RuntimeComparison.refused` with its reason, and the others are compared.
     """
     outputs = [o.name for o in quant_model.graph.output]
     steps = dq_scales(quant_model)
@@ -151,9 +154,16 @@ def compare_runtimes(fp32_model: Any, quant_model: Any, batches: Iterable[dict[s
     worst_feed: dict[str, tuple[float, dict[str, np.ndarray]]] = {}
     infos: list[RuntimeInfo] = []
     images = 0
+    refused: list[tuple[str, str]] = []
     with fp, sim:
-        for r in rts:
-            r.activate()
+        kept = []
+        for (name, opts), r in zip(variants, rts):
+            try:
+                r.activate()
+                kept.append(((name, opts), r))
+            except ModelError as e:  # the runtime refuses the INT8 model: recorded, the others still compared
+                refused.append((name, str(e)))
+        variants, rts = [v for v, _ in kept], [r for _, r in kept]
         try:
             infos = [sim.info()] + [r.info() for r in rts]
             fp_out = [o for o in fp.output_names if o in outputs]
@@ -188,4 +198,4 @@ def compare_runtimes(fp32_model: Any, quant_model: Any, batches: Iterable[dict[s
             div = localize(quant_model, feed, bound_target(info.name, feed, **opts),
                            RuntimeReference(quant_model, feed, graph_optimization_level="disable"), tolerance=tol, max_mismatch=max_mismatch)
         parts.append((info.label, div))
-    return RuntimeComparison(rows, tuple(infos), tuple(parts), tolerance_steps, max_mismatch, images)
+    return RuntimeComparison(rows, tuple(infos), tuple(parts), tolerance_steps, max_mismatch, images, tuple(refused))

@@ -181,7 +181,10 @@ class OpenVinoRuntime(Runtime):
             rt.ov_model = rt._read()
         except ModelError:
             return SupportProbe(None, False, tuple(_unconverted_issues(rt.load_error, model)), how)
-        placed = _core().query_model(rt.ov_model, device)
+        try:
+            placed = _core().query_model(rt.ov_model, device)
+        except Exception as e:  # noqa: BLE001 - a plugin transformation can throw while placing (seen on a QDQ classifier)
+            return SupportProbe(None, False, (NodeIssue("<model>", "", "load", f"query_model failed: {first_line(e)}"),), how)
         nodes = onnx_node_names(model)
         missing = [op for op in rt.ov_model.get_ordered_ops() if op.get_friendly_name() not in placed]
         if missing:
