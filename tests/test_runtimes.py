@@ -182,3 +182,23 @@ def test_a_new_runtime_plugs_in_by_registration(monkeypatch):
 def test_cpu_isa_reads_this_machine():
     isa = cpu_isa()
     assert isa["machine"] and isinstance(isa["flags"], list)
+
+
+def test_only_plugins_import_a_runtime_package():
+    """STYLE.md habit 13: outside quantkit/runtimes no module imports onnxruntime (its quantization tools excepted,
+    they are the quantize engine's) or openvino."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "quantkit"
+    offenders = []
+    for path in root.rglob("*.py"):
+        if path.parent.name == "runtimes":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            for n in names:
+                top = n.split(".")
+                if top[0] == "openvino" or (top[0] == "onnxruntime" and (len(top) < 2 or top[1] != "quantization")):
+                    offenders.append(f"{path.relative_to(root)}: {n}")
+    assert offenders == []
