@@ -14,7 +14,7 @@ import pytest
 from test_bundle_fixtures import load_npy, make_pipeline, read_members
 
 from quantkit.bundle import BundleConfig, build_bundle, verify_bundle
-from quantkit.bundle.build import subsample_indices
+from quantkit.bundle.manifest import BundleManifest, subsample_indices
 from quantkit.cli.main import main
 from quantkit.config import load_params
 from quantkit.errors import (
@@ -74,20 +74,24 @@ def test_members_headers_and_manifest_digests(built, pipe) -> None:
     rec = json.loads(members["record.json"])
     assert man["record"]["fingerprint"] == rec["fingerprint"]
     assert man["thresholds"]["fingerprint"] == json.loads(members["thresholds.json"])["fingerprint"]
-    assert man["runtime"]["onnxruntime"] and man["runtime"]["providers"] == ["CPUExecutionProvider"]
+    assert man["runtime"]["onnxruntime"] and man["runtime"]["providers"] == ["CPUExecutionProvider"] and "openvino" in man["runtime"]
     assert man["model"]["opset"] == {"ai.onnx": 13} and "ai.onnx:Sigmoid" in man["model"]["ops"]
     assert man["adapter"]["name"] == "db_text"
     # tolerance: one step of the output's scale in the record
     out_scale = next(t["scale"][0] for t in rec["tensors"] if t["name"] == "prob")
     assert man["model"]["outputs"][0]["atol"] == pytest.approx(out_scale)
-    # activations: record activations in FP32 topological order, subsampled, with a baseline per image
+    # activations: the INT8 model's quantized activations (DequantizeLinear outputs) in topological order, sampled
     acts = man["activations"]
-    assert [a["name"] for a in acts] == ["r", "logits", "prob"]
+    assert [(a["name"], a["source"]) for a in acts] == [("x_DequantizeLinear_Output", "x"), ("r_DequantizeLinear_Output", "r"),
+                                                         ("logits_DequantizeLinear_Output", "logits")]
     s0 = man["golden"]["samples"][0]
     assert len(man["golden"]["samples"]) == 4 and s0["source"] == "images/0000.png"
-    act = load_npy(members[s0["activations"][0]])
-    assert act.dtype == np.float32 and act.size == len(subsample_indices(int(np.prod(acts[0]["shape"])), 2048))
-    assert all(b is not None and b >= 0 for b in s0["activation_baseline"])
+    act = load_npy(members[s0["activations"][1]])
+    assert act.dtype == np.float32 and act.size == len(subsample_indices(int(np.prod(acts[1]["shape"])), 2048))
+    # golden INT8 values are the QDQ simulation's, and the manifest says so; the building machine's pattern matrix is kept
+    assert man["golden_runtime"]["options"]["graph_optimization_level"] == "disable" and man["golden_runtime"]["name"] == "onnxruntime"
+    assert man["patterns"]["matrix"]["results"] and ["saturation_u8s8", ["conv1", "conv2"]] in man["patterns"]["used"]
+    assert man["tolerance"]["max_mismatch"] == 0.01 and BundleManifest.from_dict(man).to_dict() == man
     x = load_npy(members["golden/0000/input.npy"])
     assert x.dtype == np.float32 and x.shape == (1, 3, 32, 32)
     q, f = load_npy(members["golden/0000/int8/000.npy"]), load_npy(members["golden/0000/fp32/000.npy"])
@@ -95,7 +99,7 @@ def test_members_headers_and_manifest_digests(built, pipe) -> None:
 
 
 def test_building_twice_gives_identical_bytes(pipe, built, tmp_path: Path) -> None:
-    again = build_bundle(pipe["deployed"], pipe["thresholds"], pipe["intake"], pipe["golden"], tmp_path / "dist")
+    again = build_bundle(pipe["deployed"], pipe["thresholds"], pipe["intake"], pipe["golden"], tmp_path / "dist")  # pattern matrix included
     assert again.path.name == built.path.name and again.path.read_bytes() == built.path.read_bytes()
     # rebuilding into the same folder replaces it with the same content
     third = build_bundle(pipe["deployed"], pipe["thresholds"], pipe["intake"], pipe["golden"], tmp_path / "dist")
@@ -103,7 +107,7 @@ def test_building_twice_gives_identical_bytes(pipe, built, tmp_path: Path) -> No
 
 
 def test_gzip_bundle_is_deterministic(pipe, tmp_path: Path) -> None:
-    cfg = BundleConfig(compress=True, golden_count=1, activation_max_elements=0)
+    cfg = BundleConfig(compress=True, golden_count=1, activation_max_elements=0, patterns=False)
     a = build_bundle(pipe["deployed"], pipe["thresholds"], pipe["intake"], pipe["golden"], tmp_path / "a", cfg)
     b = build_bundle(pipe["deployed"], pipe["thresholds"], pipe["intake"], pipe["golden"], tmp_path / "b", cfg)
     assert a.path.name.endswith(".tar.gz") and a.path.read_bytes() == b.path.read_bytes()

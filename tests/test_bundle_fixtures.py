@@ -239,3 +239,35 @@ def make_ppocr_intake(folder: Path, size: int = 64) -> Path:
     onnx.save(m, str(folder / "model.onnx"))
     note.save(folder / "export_note.json")
     return folder
+
+
+def make_pattern_pipeline(root: Path, model: onnx.ModelProto) -> dict[str, Path]:
+    """Bundle inputs for a risky-pattern model (``quantkit.patterns``): the QDQ model serves as both the FP32 intake
+    model and the quantized model, images are stretched to its ``[1, 3, H, W]`` input and scaled by 1/255, and the
+    threshold set names no task adapter (tensor-level verification only)."""
+    from quantkit.quantize.record import CalibrationRecord, extract_scales
+    from quantkit.thresholds.binding import Binding, ThresholdSet
+
+    h, w = (d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim[2:])
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    note = ExportNote(preprocessing=Preprocessing(input_size=(h, w), resize_policy="stretch", mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0)))
+    note.embed(m)
+    intake, q = root / "intake", root / "quantize"
+    intake.mkdir(parents=True)
+    q.mkdir(parents=True)
+    onnx.save(m, str(intake / "model.onnx"))
+    note.save(intake / "export_note.json")
+    onnx.save(m, str(q / "model_int8.onnx"))
+    digest = sha256_file(intake / "model.onnx")
+    tensors = extract_scales(m, m, calibrator="minmax")
+    set_id = hashlib.sha256(b"pattern").hexdigest()
+    chash = hashlib.sha256(b"config").hexdigest()
+    rec = CalibrationRecord(fingerprint=CalibrationRecord.compute_fingerprint(tensors, digest, set_id, chash), model_digest=digest,
+                            quantized_model_digest=sha256_file(q / "model_int8.onnx"), calibration_set={"path": "p", "set_id": set_id, "name": "p"},
+                            config={}, config_hash=chash, opset_before=19, opset_after=19, versions={}, tensors=tensors)
+    rec.save(q / "record.json")
+    ts = ThresholdSet(adapter="", binding=Binding(model_digest=digest, record_fingerprint=rec.fingerprint, calibration_set_id=set_id,
+                                                  calibration_set_name="p", quantized_model_digest=rec.quantized_model_digest))
+    ts.save(root / "thresholds.json")
+    return {"intake": intake, "deployed": q, "thresholds": root / "thresholds.json", "golden": make_golden_set(root / "site", n=2)}

@@ -74,7 +74,7 @@ def test_compare_layers_streaming(env):
     reader = CalibrationSetReader(cset, pre)
     df = compare_layers(intake, root / "q", rec, reader.iter_batches(), max_elements=200)
     assert set(df.tensor) >= {"x", "r", "y"}  # y: graph output, kept by name in the QDQ model
-    assert list(df.columns) == ["tensor", "sqnr_db", "cosine", "max_abs_error", "clipping_rate", "n"]
+    assert list(df.columns) == ["tensor", "sqnr_db", "cosine", "max_abs_error", "clipping_rate", "n", "kind", "note"]
     row = df.set_index("tensor").loc["x"]
     step = rec.tensor("x").scale[0]
     assert row.sqnr_db > 20 and row.cosine > 0.999 and row.max_abs_error <= step / 2 + 1e-6  # input: rounding error only

@@ -1,8 +1,10 @@
 """Deployment bundle: record + thresholds + note + golden samples in one verifiable archive.
 
-``build_bundle`` writes ``dist/quantkit-bundle-<sha256[:16]>.tar`` (named by its content) and
-``dist/bundle.json``; ``verify_bundle`` checks it on the target and returns a
-:class:`VerificationReport`. See docs/deploy.md for the target side.
+``build_bundle`` writes ``dist/quantkit-bundle-<sha256[:16]>.tar`` (named by its content) and ``dist/bundle.json``;
+``verify_bundle`` checks it on the target's runtimes and returns a :class:`VerificationReport`. Modules:
+:mod:`.manifest` (the format), :mod:`.archive` (deterministic tar, safe extraction), :mod:`.golden` (golden data),
+:mod:`.decisions` (the task adapter call and decision agreement), :mod:`.build`, :mod:`.verify` and :mod:`.target`
+(per-runtime checks). See docs/deploy.md for the target side.
 """
 
 from .archive import (
@@ -13,33 +15,29 @@ from .archive import (
     write_tar,
 )
 from .build import BundleConfig, BundleResult, build_bundle
+from .manifest import BundleManifest
+from .target import RuntimeRun
 from .verify import (
-    CapabilityProfile,
     Check,
-    LayerDivergence,
     VerificationReport,
     VerifyConfig,
-    load_profile,
     resolve_bundle,
-    resolve_target,
     verify_bundle,
 )
 
 __all__ = [
     "BundleConfig",
+    "BundleManifest",
     "BundleResult",
-    "CapabilityProfile",
     "Check",
     "ExtractedBundle",
-    "LayerDivergence",
     "MemberDigest",
+    "RuntimeRun",
     "VerificationReport",
     "VerifyConfig",
     "build_bundle",
-    "load_profile",
     "member_name_problem",
     "resolve_bundle",
-    "resolve_target",
     "safe_extract",
     "verify_bundle",
     "write_tar",

@@ -22,4 +22,5 @@ COMMAND_MODULES = (
     "report",
     "bundle",
     "verify",
+    "doctor",
 )

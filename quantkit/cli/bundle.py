@@ -14,9 +14,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="build a content-addressed, verifiable deployment bundle",
         description=(
             "Bundle QUANTIZED/model_int8.onnx with its record.json, the threshold set bound to it, the export note and "
-            "golden inputs/outputs (FP32 and INT8, plus subsampled FP32 activations) from the first K images of a set. "
-            "Writes OUT/quantkit-bundle-<sha256[:16]>.tar and OUT/bundle.json; the same inputs give the same bytes. "
-            "Verify it on the target with 'quantkit verify'."
+            "golden inputs/outputs (FP32, and INT8 from the QDQ simulation with sampled INT8 activations) from the first K "
+            "images of a set, and this machine's risky-pattern matrix. Writes OUT/quantkit-bundle-<sha256[:16]>.tar and "
+            "OUT/bundle.json; the same inputs give the same bytes. Verify it on the target with 'quantkit verify'."
         ),
     )
     p.add_argument("quantized", type=Path, help="folder with model_int8.onnx and record.json (e.g. work/quantize/deployed)")
@@ -49,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
     rows = [("bundle", str(result.path)), ("sha256", result.sha256), ("size", f"{result.size} bytes"),
             ("members", str(result.members)), ("golden images", str(result.golden)),
             ("activations", str(result.activations)), ("adapter", result.adapter or "none (tensor-level only)"),
+            ("patterns", ", ".join(result.patterns_used) or "none of the suite's"),
             ("record", result.record_fingerprint[:16]), ("thresholds", result.threshold_fingerprint[:16])]
     sys.stdout.write("\n".join(f"  {k:<14} {v}" for k, v in rows) + "\n")
     return 0

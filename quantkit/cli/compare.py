@@ -1,4 +1,4 @@
-"""``quantkit compare``: layer-by-layer error of a quantized model against its FP32 model on a set."""
+"""``quantkit compare``: FP32 vs the QDQ simulation per tensor, and FP32 / simulation / every installed runtime per output."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import json
 import sys
 from typing import Any
 
-HELP = "per-tensor SQNR, cosine, max error and clipping rate of QUANT_DIR's model vs FP32_DIR's, over a set's images"
+HELP = ("per-tensor SQNR, cosine, max error and clipping of QUANT_DIR's model vs FP32_DIR's (the QDQ simulation), then per "
+        "graph output FP32, the simulation and each installed runtime at its deployment settings, naming where a runtime parts "
+        "from the simulation")
 
 
 def register(subparsers: Any) -> None:
@@ -18,7 +20,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--max-images", type=int, default=None, metavar="N", help="use the first N images only")
     p.add_argument("--max-elements", type=int, default=16384, metavar="K", help="sampled elements per tensor per image (default 16384)")
     p.add_argument("--quant-level", choices=["disable", "basic", "extended", "all"], default="disable",
-                   help="ORT graph optimization level for the quantized run (default disable = QDQ simulation; all = fused kernels)")
+                   help="ORT graph optimization level of the per-tensor run (default disable = QDQ simulation)")
+    p.add_argument("--runtime", action="append", metavar="NAME", help="runtimes of the per-output comparison (repeatable; default every installed one)")
+    p.add_argument("--no-runtimes", action="store_true", help="only the per-tensor table")
     p.add_argument("--levels", action="store_true", help="instead compare the quantized model's outputs with ORT optimizations off vs all")
     p.add_argument("--top", type=int, default=20, metavar="K", help="rows to print (table mode; default 20)")
     p.add_argument("--json", action="store_true", help="print every row as JSON")
@@ -28,11 +32,14 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    import onnx
+
     from ..artifacts import CalibrationRecord
     from ..calibset import CalibrationSet, CalibrationSetReader
     from ..errors import ConfigError
     from ..quantize.compare import compare_layers, compare_outputs
     from ..quantize.engine import MODEL_FILE, load_intake
+    from ..quantize.runtime_compare import compare_runtimes
 
     if args.max_images is not None and args.max_images < 1:
         raise ConfigError(f"--max-images: {args.max_images} must be >= 1")
@@ -47,9 +54,41 @@ def run(args: argparse.Namespace) -> int:
     else:
         df = compare_layers(model_path, qpath, record, reader.iter_batches(), max_elements=args.max_elements, total=n,
                             quant_level=args.quant_level)
+    rc = None
+    if not args.levels and not args.no_runtimes:
+        name = note.preprocessing.input_name
+        rc = compare_runtimes(onnx.load(str(model_path)), onnx.load(str(qpath)), ({name: b[1]} for b in reader.iter_batches()),
+                              runtimes=args.runtime, total=n)
     if args.json:
-        print(json.dumps({"images": n, "tensors": json.loads(df.to_json(orient="records"))}, indent=2, sort_keys=True))
+        out = {"images": n, "tensors": json.loads(df.to_json(orient="records"))}
+        if rc is not None:
+            out["runtimes"] = rc.to_dict()
+        print(json.dumps(out, indent=2, sort_keys=True))
         return 0
-    sys.stdout.write(f"{len(df)} tensors over {n} images (lowest SQNR first)\n")
+    sys.stdout.write(f"{len(df)} tensors over {n} images (lowest SQNR first; FP32 vs the QDQ simulation)\n")
     sys.stdout.write(df.head(args.top).to_string(index=False, float_format=lambda v: f"{v:.4g}") + "\n")
+    notes = df[df["note"] != ""] if "note" in df else df.iloc[0:0]
+    for r in notes.itertuples(index=False):
+        sys.stdout.write(f"  {r.tensor}: {r.note}\n")
+    if rc is not None:
+        sys.stdout.write(render_runtimes(rc) + "\n")
     return 0
+
+
+def render_runtimes(rc: Any) -> str:
+    """Per output and runtime: SQNR vs FP32, then agreement with the simulation; then where each runtime parts from it."""
+    lines = ["", f"per graph output, {rc.images} images: SQNR/cosine vs FP32; worst difference and share of elements more than "
+             f"{rc.tolerance_steps:g} step off vs the QDQ simulation"]
+    t = rc.table()
+    lines.append(t.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    for label, why in rc.refused:
+        lines.append(f"{label}: REFUSES the quantized model: {why}")
+    for label, div in rc.parts:
+        parted = any(o.mismatch > rc.max_mismatch for o in rc.outputs if o.runtime == label)
+        if not parted:
+            lines.append(f"{label}: agrees with the simulation (at most {100 * rc.max_mismatch:g}% of output elements beyond {rc.tolerance_steps:g} step)")
+        elif div is None:
+            lines.append(f"{label}: parts from the simulation at the outputs; no quantized tensor before them diverges")
+        else:
+            lines.append(f"{label}: parts from the simulation: {div.describe()}")
+    return "\n".join(lines)

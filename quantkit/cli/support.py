@@ -10,18 +10,23 @@ from ..errors import TargetSupportError
 
 
 def register(subparsers: Any) -> None:
-    from ..intake.support import list_profiles
+    from ..profiles import list_profiles
 
     p = subparsers.add_parser(
         "support",
         help="list the nodes a target runtime cannot run (exit 5 when any)",
-        description="Check every node against a target: 'cpu' (or any *ExecutionProvider name) uses the installed "
-        "onnxruntime's own kernel registry; " + ", ".join(list_profiles()) + " or a path to a .json file use a capability "
-        "profile (copy one from quantkit/profiles/ and edit it for your board). Reports unsupported operators, operators "
-        "supported only at other opsets or dtypes, custom domains and quantized patterns the target cannot run.",
+        description="Ask the target runtime itself where it is installed: 'cpu' (or an *ExecutionProvider this "
+        "onnxruntime has) loads the model in ONNX Runtime at the deployment optimization level and runs it once; "
+        "'openvino' reads, places (query_model), compiles (f32) and runs it with the installed OpenVINO. Execution "
+        "providers not in this build use onnxruntime's kernel registry; " + ", ".join(list_profiles()) + " or a .json "
+        "path use a documentation-derived capability profile (copy one from quantkit/profiles/ and edit it for your "
+        "board). Reports the nodes the target refuses, operators at other opsets or dtypes, custom domains and "
+        "quantized patterns; the first line says who answered.",
     )
     p.add_argument("model", help="path to an .onnx file")
-    p.add_argument("--target", required=True, help="cpu | <Name>ExecutionProvider | tensorrt | openvino | npu-generic | PROFILE.json")
+    p.add_argument("--target", required=True, help="cpu | openvino | <Name>ExecutionProvider | tensorrt | npu-generic | PROFILE.json")
+    p.add_argument("--level", choices=["disable", "basic", "extended", "all"], default="all",
+                   help="ONNX Runtime graph optimization level the model is deployed with (default all, ORT's default)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=run)
 
@@ -29,12 +34,14 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..intake.support import check_support
 
-    r = check_support(args.model, args.target)
+    r = check_support(args.model, args.target, level=args.level)
     if args.json:
         print(json.dumps(r.to_dict(), indent=2, sort_keys=True))
     else:
         print(f"target  {r.target}  ({r.source})")
-        print(f"nodes   {r.nodes_checked} checked, {len(r.issues)} unsupported")
+        print(f"nodes   {r.nodes_checked} checked, {len(r.issues)} unsupported  [{r.provenance}]")
+        if r.run_error:
+            print(f"note    loaded, but one run on probe inputs failed (check with real inputs): {r.run_error}")
         for i in r.issues:
             rng = f"  supported at opsets {[list(x) for x in i.supported_opsets]}" if i.supported_opsets else ""
             print(f"  {i.kind:<17} {(i.domain + '::') if i.domain else ''}{i.op_type}@{i.opset}  node {i.node}: {i.detail}{rng}")

@@ -1,4 +1,4 @@
-"""``quantkit verify``: check a deployment bundle on the target runtime; exit non-zero on failure."""
+"""``quantkit verify``: check a deployment bundle on the target's runtimes; exit non-zero on failure."""
 
 from __future__ import annotations
 
@@ -11,22 +11,28 @@ from pathlib import Path
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "verify",
-        help="verify a deployment bundle on this machine's ONNX Runtime",
+        help="verify a deployment bundle on this machine's runtimes (ONNX Runtime, OpenVINO, ...)",
         description=(
-            "Safely unpack BUNDLE, check every digest, the thresholds' binding, the onnxruntime version, opset and "
-            "operator support (optionally against a capability profile), run the golden inputs with the given "
-            "execution providers and compare with the golden outputs and decisions. On a failure, compare layer by "
-            "layer with the golden FP32 activations and name the first diverging tensor. Prints a pass/fail table; "
-            "exit 0 when all checks pass, 4 on a verification failure, 5 when the target lacks an operator."
+            "Safely unpack BUNDLE, check every digest and the thresholds' binding, then on each runtime (at its deployment "
+            "settings: ORT level all, OpenVINO f32 pinned) check that it loads and runs the model, run the golden inputs and "
+            "compare with the golden outputs (QDQ simulation) per output tensor and, through the task adapter, per decision; "
+            "report the share of Conv/MatMul work it ran in int8/uint8 and the latency. On a failure, cut the model to name "
+            "the first diverging tensor and its op. Prints a pass/fail table; exit 0 when all checks pass, 4 on a "
+            "verification failure, 5 when the target lacks an operator."
         ),
     )
     p.add_argument("bundle", type=Path, help="bundle .tar/.tar.gz, its bundle.json, or the folder holding them (dist/)")
-    p.add_argument("--providers", nargs="+", metavar="EP", help="execution providers in priority order (default CPUExecutionProvider)")
-    p.add_argument("--target", type=Path, metavar="PROFILE", help="target runtime capability: profile JSON, packaged profile (tensorrt, openvino, npu-generic) or EP name (see docs/deploy.md)")
-    p.add_argument("--tolerance-steps", type=float, help="override the bundle's output tolerance, in quantization steps")
-    p.add_argument("--require-same-runtime", action="store_true", help="fail when onnxruntime's version differs from the build's")
-    p.add_argument("--params", type=Path, help="params.yaml; options from its 'bundle.verify' section")
+    p.add_argument("--runtime", action="append", metavar="NAME", help="onnxruntime | openvino | all (repeatable; default onnxruntime)")
+    p.add_argument("--providers", nargs="+", metavar="EP", help="ONNX Runtime execution providers in priority order (default CPUExecutionProvider)")
+    p.add_argument("--target", metavar="PROFILE", help="also check a documentation-derived capability profile (tensorrt, npu-generic, a .json)")
+    p.add_argument("--tolerance-steps", type=float, help="override the bundle's tolerance, in quantization steps")
+    p.add_argument("--require-same-runtime", action="store_true", help="fail when a runtime's version differs from the build's")
+    p.add_argument("--params", type=Path, help="params.yaml; options from its 'bundle.verify' section ('verify' with --out)")
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
+    g = p.add_argument_group("the main job's verify stage (writes one artifact the shift report reads)")
+    g.add_argument("--out", type=Path, help="write the deployment verification (runtimes from params 'verify', agreement with FP32 per site set)")
+    g.add_argument("--fp32", type=Path, help="with --out: intake folder (model.onnx), the FP32 reference")
+    g.add_argument("--site-set", type=Path, action="append", default=[], metavar="DIR", help="with --out: a site set (repeatable)")
     p.set_defaults(func=run)
 
 
@@ -34,8 +40,12 @@ def run(args: argparse.Namespace) -> int:
     from ..bundle import VerifyConfig, verify_bundle
     from ..config import config_from_params
 
+    if args.out is not None:
+        return run_deployment(args)
     cfg = config_from_params(VerifyConfig, args.params, "bundle.verify")
     changes: dict = {}
+    if args.runtime:
+        changes["runtimes"] = tuple(args.runtime)
     if args.providers:
         changes["providers"] = tuple(args.providers)
     if args.target:
@@ -57,15 +67,53 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_deployment(args: argparse.Namespace) -> int:
+    """``--out``: verify the bundle on params' target runtimes and measure agreement with FP32 per site set."""
+    from ..bundle.deployment import DeploymentVerifyConfig, verify_deployment
+    from ..config import config_from_params
+    from ..errors import ConfigError, VerificationError
+
+    if args.fp32 is None or not args.site_set:
+        raise ConfigError("--out needs --fp32 INTAKE_DIR and at least one --site-set DIR")
+    cfg = config_from_params(DeploymentVerifyConfig, args.params, "verify")
+    if args.runtime:
+        cfg = cfg.replace(runtimes=tuple(args.runtime))
+    result = verify_deployment(args.bundle, args.fp32, args.site_set, cfg)
+    result.save(args.out)
+    if args.json:
+        sys.stdout.write(json.dumps(result.to_dict(), indent=2, sort_keys=True) + "\n")
+    else:
+        for r in result.runtimes:
+            if not r.installed:
+                sys.stdout.write(f"{r.runtime:<12} not installed here\n")
+                continue
+            sites = ", ".join(f"{s.site_set} {s.metric} {s.value:.3f}" for s in r.sites)
+            share = f"{100 * r.integer_share:.0f}% int8" if r.integer_share is not None else "-"
+            sys.stdout.write(f"{r.label:<20} {'verified' if r.verified else 'FAILED':<9} {share:<9}  vs FP32: {sites}\n")
+            for f in r.failures:
+                sys.stdout.write(f"    {f}\n")
+        sys.stdout.write(f"wrote {args.out}\n")
+    if cfg.fail and not result.ok:
+        raise VerificationError(f"{args.bundle}: verification failed on {', '.join(r.runtime for r in result.runtimes if r.installed and not r.verified)}")
+    return 0
+
+
 def render(report) -> str:
-    """The pass/fail table: one left-aligned row per check, then VERIFIED or FAILED."""
-    table = report.table()
+    """The pass/fail table (one row per check), a per-runtime summary, then VERIFIED or FAILED."""
     marks = {"pass": "PASS", "fail": "FAIL", "warn": "warn", "skip": "skip"}
-    rows = [(marks[r.status], r.kind, r.name, r.detail) for r in table.itertuples(index=False)]
-    head = ("status", "kind", "check", "detail")
-    widths = [max(len(head[i]), *(len(r[i]) for r in rows)) if rows else len(head[i]) for i in range(3)]
-    lines = [f"bundle {report.bundle} on {', '.join(report.providers)}"]
+    rows = [(marks[c.status], c.runtime or "-", c.kind, c.name, c.detail) for c in report.checks]
+    head = ("status", "runtime", "kind", "check", "detail")
+    widths = [max(len(head[i]), *(len(r[i]) for r in rows)) if rows else len(head[i]) for i in range(4)]
+    lines = [f"bundle {report.bundle}"]
     for r in [head, *rows]:
-        lines.append("  ".join(str(c).ljust(w) for c, w in zip(r[:3], widths)) + "  " + r[3])
+        lines.append("  ".join(str(c).ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4])
+    for run in report.runs:
+        if run.info is None:
+            continue
+        lat = f"{run.latency_ms:.1f} ms (machine-dependent)" if run.latency_ms is not None else "-"
+        prec = "precision not reported" if run.precision is None else "no Conv/MatMul" if run.precision.integer_share != run.precision.integer_share \
+            else f"{100 * run.precision.integer_share:.0f}% of Conv/MatMul MACs in int8"
+        dec = f"decisions {run.decisions_agree}/{run.decisions} agree" if run.decisions else "no decisions"
+        lines.append(f"{'ok  ' if run.ok else 'FAIL'} {run.info.label} {run.info.version}: {dec}, {prec}, {lat}")
     lines.append("VERIFIED" if report.ok else f"FAILED ({len(report.failures)} check(s))")
     return "\n".join(lines)

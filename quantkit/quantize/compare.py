@@ -3,7 +3,7 @@
 Shape of ORT's ``qdq_loss_debug`` (mark tensors as outputs, run both models, compare), but bounded: each
 batch's tensors are reduced to running sums on a fixed random subsample of at most ``max_elements``
 elements per tensor and then dropped, so memory is one batch's activations whatever the number of
-images. Tensors are fetched with :func:`quantkit.runner.with_outputs` on ordinary :class:`OrtRunner` runs.
+images. Tensors are fetched by marking them as outputs on ordinary ONNX Runtime runs (:func:`quantkit.runtimes.make_runtime`).
 
 For an activation ``T`` of the record, the quantized value is ``T_DequantizeLinear_Output`` (QDQ, float)
 or ``(T_quantized - zp) * scale`` (QOperator, integer tensor). Metrics per tensor, over all sampled
@@ -32,14 +32,19 @@ from ..artifacts.record import CalibrationRecord, TensorScale
 from ..errors import InputFileError, ModelError
 from ..modelio import load_model
 from ..progress import progress
-from ..runner import OrtRunner, with_outputs
+from ..runtimes import make_runtime
 
 log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
-class LayerError:
-    """Error of one tensor: see the module docstring for the formulas. ``n`` = sampled elements."""
+class TensorComparison:
+    """Statistics of one tensor, FP32 vs quantized: see the module docstring for the formulas.
+
+    ``n`` = sampled elements; ``kind`` = ``activation`` (a quantized activation of the record) or ``output`` (a graph
+    output, always listed); ``note`` says why a tensor has no statistics (e.g. its shape depends on the data and
+    differs between the two models, as after NonZero -> GatherND).
+    """
 
     tensor: str
     sqnr_db: float
@@ -47,12 +52,14 @@ class LayerError:
     max_abs_error: float
     clipping_rate: float
     n: int
+    kind: str = "activation"
+    note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     def __repr__(self) -> str:
-        return f"LayerError({self.tensor!r}, sqnr={self.sqnr_db:.1f} dB, cos={self.cosine:.4f})"
+        return f"TensorComparison({self.tensor!r}, sqnr={self.sqnr_db:.1f} dB, cos={self.cosine:.4f})"
 
 
 def _load(model: Any) -> Any:
@@ -86,16 +93,37 @@ def _channel_bounds(t: TensorScale, x: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 
 class _Acc:
-    def __init__(self) -> None:
+    def __init__(self, kind: str = "activation") -> None:
         self.xx = self.ee = self.xy = self.yy = 0.0
         self.maxe = 0.0
         self.clip = 0
         self.n = 0
+        self.kind = kind
+        self.note = ""
 
-    def result(self, name: str) -> LayerError:
+    def add(self, xs: np.ndarray, ys: np.ndarray) -> None:
+        xs64, ys64 = xs.astype(np.float64), ys.astype(np.float64)
+        self.xx += float(xs64 @ xs64)
+        self.yy += float(ys64 @ ys64)
+        self.xy += float(xs64 @ ys64)
+        e = xs64 - ys64
+        self.ee += float(e @ e)
+        self.maxe = max(self.maxe, float(np.max(np.abs(e))) if e.size else 0.0)
+        self.n += int(xs.size)
+
+    def result(self, name: str) -> TensorComparison:
+        if self.note:
+            return TensorComparison(name, float("nan"), float("nan"), float("nan"), float("nan"), 0, self.kind, self.note)
         sq = float(10 * np.log10(self.xx / self.ee)) if self.ee > 0 else float("inf")
         cos = float(self.xy / np.sqrt(self.xx * self.yy)) if self.xx > 0 and self.yy > 0 else float("nan")
-        return LayerError(name, sq, cos, float(self.maxe), self.clip / self.n if self.n else float("nan"), self.n)
+        return TensorComparison(name, sq, cos, float(self.maxe), self.clip / self.n if self.n else float("nan"), self.n, self.kind)
+
+
+def _shape_note(name: str, x: np.ndarray, y: np.ndarray) -> str:
+    note = (f"shape differs between the FP32 and quantized runs ({list(x.shape)} vs {list(y.shape)}): the shape depends on the "
+            "data (e.g. NonZero -> GatherND); excluded")
+    log.warning("compare: tensor %r: %s", name, note)
+    return note
 
 
 def _sample(rng_seed: int, name: str, size: int, k: int) -> np.ndarray | None:
@@ -129,7 +157,9 @@ def compare_layers(
         fp32_level / quant_level: ORT graph optimization level for each run ("disable" ... "all").
 
     Returns:
-        DataFrame (one row per tensor, columns of :class:`LayerError`), sorted by ``sqnr_db`` ascending.
+        DataFrame (one row per tensor, columns of :class:`TensorComparison`), sorted by ``sqnr_db`` ascending. Every
+        graph output is a row (``kind`` = ``output``). A tensor whose shape differs between the two models on an image
+        (data-dependent, e.g. after NonZero) has no statistics and says so in ``note`` (and in a warning).
     """
     import pandas as pd
 
@@ -157,45 +187,49 @@ def compare_layers(
     if not pairs:
         raise ModelError("no quantized activation of the record was found in both models; are the FP32 model and record from the same intake?")
     input_name = fm.graph.input[0].name
-    f_names = [n for n in pairs if n not in inputs]
-    q_names = [q for q, _ in pairs.values()]
-    acc = {n: _Acc() for n in pairs}
-    idx_cache: dict[str, np.ndarray | None] = {}
-    frun = OrtRunner(with_outputs(fm, f_names).SerializeToString(), graph_optimization_level=fp32_level, name="fp32")
-    qrun = OrtRunner(with_outputs(qm, q_names).SerializeToString(), graph_optimization_level=quant_level, name="quantized")
+    outs = [o.name for o in fm.graph.output if o.name not in pairs and o.name in q_outputs]
+    f_names = [n for n in pairs if n not in inputs] + outs
+    q_names = [q for q, _ in pairs.values()] + outs
+    acc = {n: _Acc() for n in pairs} | {o: _Acc("output") for o in outs}
+    for o in pairs:
+        if o in {x.name for x in fm.graph.output}:
+            acc[o].kind = "output"
+    idx_cache: dict[tuple[str, int], np.ndarray | None] = {}
+    frun = make_runtime("onnxruntime", fm, outputs=f_names, graph_optimization_level=fp32_level, name="fp32")
+    qrun = make_runtime("onnxruntime", qm, outputs=q_names, graph_optimization_level=quant_level, name="quantized")
     with frun, qrun:
         for feed in progress(_feeds(batches, input_name), total=total, desc="compare"):
             fo = frun.infer(feed, f_names) if f_names else {}
             fo.update({k: v for k, v in feed.items() if k in pairs})
             qo = qrun.infer(feed, q_names)
-            for name, (qname, is_int) in pairs.items():
-                t = acts[name]
+            for name, a in acc.items():
+                if a.note:
+                    continue
+                qname, is_int = pairs.get(name, (name, False))
                 x = np.asarray(fo[name], np.float32)
                 y = qo[qname]
-                if is_int:
+                t = acts.get(name)
+                if is_int and t is not None:
                     lo_s = np.asarray(t.scale, np.float32)
                     zp = np.asarray(t.zero_point, np.float32)
                     y = (y.astype(np.float32) - zp[0]) * lo_s[0] if len(lo_s) == 1 else y.astype(np.float32)
-                lo, hi = _channel_bounds(t, x)
-                clipped = (x < lo) | (x > hi)
-                if name not in idx_cache:
-                    idx_cache[name] = _sample(seed, name, x.size, max_elements)
-                sel = idx_cache[name]
+                y = np.asarray(y, np.float32)
+                if x.shape != y.shape:
+                    a.note = _shape_note(name, x, y)
+                    continue
+                key = (name, x.size)  # a data-dependent tensor changes size from image to image
+                if key not in idx_cache:
+                    idx_cache[key] = _sample(seed, name, x.size, max_elements)
+                sel = idx_cache[key]
                 xs = x.reshape(-1) if sel is None else x.reshape(-1)[sel]
-                ys = np.asarray(y, np.float32).reshape(-1) if sel is None else np.asarray(y, np.float32).reshape(-1)[sel]
-                cs = clipped.reshape(-1) if sel is None else np.broadcast_to(clipped, x.shape).reshape(-1)[sel]
-                a = acc[name]
-                xs64, ys64 = xs.astype(np.float64), ys.astype(np.float64)
-                a.xx += float(xs64 @ xs64)
-                a.yy += float(ys64 @ ys64)
-                a.xy += float(xs64 @ ys64)
-                e = xs64 - ys64
-                a.ee += float(e @ e)
-                a.maxe = max(a.maxe, float(np.max(np.abs(e))) if e.size else 0.0)
-                a.clip += int(np.count_nonzero(cs))
-                a.n += int(xs.size)
-    rows = [acc[n].result(n).to_dict() for n in pairs]
-    df = pd.DataFrame(rows, columns=[f.name for f in dataclasses.fields(LayerError)])
+                ys = y.reshape(-1) if sel is None else y.reshape(-1)[sel]
+                if t is not None:
+                    lo, hi = _channel_bounds(t, x)
+                    clipped = (x < lo) | (x > hi)
+                    a.clip += int(np.count_nonzero(clipped.reshape(-1) if sel is None else np.broadcast_to(clipped, x.shape).reshape(-1)[sel]))
+                a.add(xs, ys)
+    rows = [acc[n].result(n).to_dict() for n in acc]
+    df = pd.DataFrame(rows, columns=[f.name for f in dataclasses.fields(TensorComparison)])
     return df.sort_values("sqnr_db", kind="stable").reset_index(drop=True)
 
 
@@ -211,22 +245,22 @@ def compare_outputs(model: Any, batches: Iterable[Any], *, level_a: str = "disab
     m = _load(model)
     names = list(tensors or []) + [o.name for o in m.graph.output if o.name not in (tensors or [])]
     input_name = m.graph.input[0].name
-    data = with_outputs(m, names).SerializeToString()
-    acc = {n: _Acc() for n in names}
-    with OrtRunner(data, graph_optimization_level=level_a, name=level_a) as ra, OrtRunner(data, graph_optimization_level=level_b, name=level_b) as rb:
+    outs = {o.name for o in m.graph.output}
+    acc = {n: _Acc("output" if n in outs else "activation") for n in names}
+    with make_runtime("onnxruntime", m, outputs=names, graph_optimization_level=level_a, name=level_a) as ra, \
+            make_runtime("onnxruntime", m, outputs=names, graph_optimization_level=level_b, name=level_b) as rb:
         for feed in progress(_feeds(batches, input_name), total=total, desc="compare levels"):
             oa, ob = ra.infer(feed, names), rb.infer(feed, names)
             for n in names:
-                x, y = oa[n].astype(np.float64).reshape(-1), ob[n].astype(np.float64).reshape(-1)
                 a = acc[n]
-                a.xx += float(x @ x)
-                a.yy += float(y @ y)
-                a.xy += float(x @ y)
-                a.ee += float((x - y) @ (x - y))
-                a.maxe = max(a.maxe, float(np.max(np.abs(x - y))) if x.size else 0.0)
-                a.n += x.size
+                if a.note:
+                    continue
+                if oa[n].shape != ob[n].shape:
+                    a.note = _shape_note(n, oa[n], ob[n])
+                    continue
+                a.add(oa[n].reshape(-1), ob[n].reshape(-1))
     rows = [{**acc[n].result(n).to_dict(), "clipping_rate": float("nan")} for n in names]
-    return pd.DataFrame(rows, columns=[f.name for f in dataclasses.fields(LayerError)])
+    return pd.DataFrame(rows, columns=[f.name for f in dataclasses.fields(TensorComparison)])
 
 
 def clipping_rates(fp32_model: Any, record: CalibrationRecord, batches: Iterable[Any], *, total: int | None = None) -> Any:
@@ -258,7 +292,7 @@ def clipping_rates(fp32_model: Any, record: CalibrationRecord, batches: Iterable
     high = {t.name: 0 for t in acts}
     count = {t.name: 0 for t in acts}
     input_name = fm.graph.input[0].name
-    with OrtRunner(with_outputs(fm, names).SerializeToString(), graph_optimization_level="disable", name="fp32") as run:
+    with make_runtime("onnxruntime", fm, outputs=names, graph_optimization_level="disable", name="fp32") as run:
         for feed in progress(_feeds(batches, input_name), total=total, desc="clipping"):
             out = run.infer(feed, names) if names else {}
             out.update({k: v for k, v in feed.items() if k in low})

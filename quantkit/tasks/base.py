@@ -139,7 +139,27 @@ class Decision:
                                "labels": [int(v) for v in self.labels]}
         if self.texts is not None:
             out["texts"] = list(self.texts)
+        if self.top is not None:
+            out["top"] = [int(self.top[0]), str(self.top[1])]
         return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Decision":
+        """Inverse of :meth:`to_json` (in the coordinates it was written in; no mask).
+
+        Raises:
+            ValueError: the JSON is not a decision.
+        """
+        try:
+            scores = np.asarray(data.get("scores") or [], np.float32).reshape(-1)
+            poly = np.asarray(data.get("polygons") or [], np.float32)
+            poly = poly.reshape(len(scores), -1, 2) if poly.size else np.zeros((len(scores), 0 if not data.get("polygons") else 4, 2), np.float32)
+            labels = np.asarray(data.get("labels") or [0] * len(scores), np.int64).reshape(-1)
+            texts = tuple(str(t) for t in data["texts"]) if data.get("texts") is not None else None
+            top = (int(data["top"][0]), str(data["top"][1])) if data.get("top") is not None else None
+        except (TypeError, ValueError, KeyError, IndexError) as e:
+            raise ValueError(f"not a decision ({e})") from None
+        return cls(poly, scores, labels, None, texts, top)
 
     def __repr__(self) -> str:
         m = "" if self.mask is None else f", mask={self.mask.shape[1]}x{self.mask.shape[0]}"
@@ -176,6 +196,9 @@ class TaskAdapter(Config):
     SCORES: ClassVar[str] = "item scores"
     ITEM: ClassVar[str] = "detection"
     """What one decision item is called in reports (``detection``, ``text region``, ``class``, ``text line``)."""
+    DECISION_METRIC: ClassVar[str] = ""
+    """The agreement metric computable from decisions alone (no probability map), for comparisons of stored
+    decisions (a bundle's golden samples); "" = the primary metric."""
 
     output: str = ""
 
@@ -184,6 +207,11 @@ class TaskAdapter(Config):
     def primary_metric(cls) -> MetricSpec:
         """The agreement metric that decides status, fallback target and bind's floor."""
         return cls.AGREEMENT[0]
+
+    @classmethod
+    def decision_metric(cls) -> MetricSpec:
+        """The agreement metric a comparison of stored decisions uses (:attr:`DECISION_METRIC`)."""
+        return cls.metric(cls.DECISION_METRIC) if cls.DECISION_METRIC else cls.primary_metric()
 
     @classmethod
     def metric(cls, name: str) -> MetricSpec:

@@ -96,6 +96,7 @@ class DBTextAdapter(TaskAdapter):
     LABELS: ClassVar[str] = "text_boxes"
     SCORES: ClassVar[str] = "probability map"
     ITEM: ClassVar[str] = "text region"
+    DECISION_METRIC: ClassVar[str] = "box_f1"
 
     thresh: float = 0.3
     box_thresh: float = 0.5

@@ -39,6 +39,7 @@ class SegmentationAdapter(TaskAdapter):
     )
     PRIMARY: ClassVar[str] = "score_thresh"
     AGREEMENT: ClassVar[tuple[MetricSpec, ...]] = (PIXEL_IOU, *item_metrics("agree", "FP32", "region"))
+    DECISION_METRIC: ClassVar[str] = "box_f1"
     ACCURACY: ClassVar[tuple[MetricSpec, ...]] = item_metrics("gt", "ground truth", "region")
     LABELS: ClassVar[str] = "boxes"
     SCORES: ClassVar[str] = "probability map"

@@ -1,0 +1,224 @@
+"""Verification on one runtime: support, session, golden outputs and decisions, precision, latency, localisation.
+
+For each runtime asked for (``quantkit verify --runtime onnxruntime|openvino|all``), with the model at its
+deployment settings (ORT level ``all``; OpenVINO f32, pinned and recorded):
+
+* ``runtime``: installed, version vs the build machine's (a difference warns unless ``require_same_runtime``);
+* ``support``: the runtime loads the model and runs it (:func:`quantkit.intake.support.check_support`);
+* ``output``: per golden input and output, elements more than ``tolerance.steps`` quantization steps off the golden
+  INT8 value (the QDQ simulation) must be at most ``tolerance.max_mismatch`` of the output;
+* ``decision``: the task adapter's decisions on the target's outputs match the golden ones
+  (:func:`quantkit.bundle.decisions.agreement`, the task's decision metric >= ``decision_min_agreement``);
+* ``precision``: share of Conv/MatMul MACs the runtime executed in int8/uint8, by its own account;
+* ``latency``: median wall time per golden input (machine-dependent; informational);
+* ``patterns``: patterns the model uses that this runtime got wrong on the building machine (warn);
+* ``layer`` (after an output or decision failure): :func:`quantkit.runtimes.localize.localize` cuts the model and
+  names the first tensor and op where the runtime diverges from the golden activations, then confirms it on the
+  unmodified model's outputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..errors import ModelError
+from ..progress import progress
+from ..runtimes import RuntimeInfo, make_runtime, runtime_class
+from ..runtimes.localize import Divergence, StoredReference, bound_target, compare_tensor, localize
+from ..runtimes.precision import PrecisionSummary, integer_share
+from .archive import ExtractedBundle
+from .decisions import agreement, decide
+from .manifest import BundleManifest, subsample_indices
+
+log = logging.getLogger(__name__)
+DEPLOYMENT_OPTIONS: dict[str, dict[str, Any]] = {"onnxruntime": {"graph_optimization_level": "all"}, "openvino": {"inference_precision": "f32"}}
+SUPPORT_TARGET = {"onnxruntime": "cpu", "openvino": "openvino"}
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeRun:
+    """What verification measured on one runtime. ``latency_ms``: median per golden input (this machine only)."""
+
+    runtime: str
+    info: RuntimeInfo | None
+    latency_ms: float | None
+    precision: PrecisionSummary | None
+    divergence: Divergence | None
+    ok: bool
+    decisions_agree: int = 0
+    decisions: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"runtime": self.runtime, "info": self.info.to_dict() if self.info else None, "latency_ms": self.latency_ms,
+                "latency_note": "machine-dependent", "precision": self.precision.to_dict() if self.precision else None,
+                "divergence": self.divergence.to_dict() if self.divergence else None, "ok": self.ok,
+                "decisions_agree": self.decisions_agree, "decisions": self.decisions}
+
+
+def runtime_options(runtime: str, threads: int = 0) -> dict[str, Any]:
+    """The deployment options of ``runtime`` (``DEPLOYMENT_OPTIONS``), with ``threads`` intra-op threads when non-zero."""
+    opts = dict(DEPLOYMENT_OPTIONS.get(runtime, {}))
+    if threads:
+        opts["intra_op_num_threads" if runtime == "onnxruntime" else "num_threads"] = threads
+    return opts
+
+
+def load_npy(ex: ExtractedBundle, name: str | None) -> np.ndarray | None:
+    """A member array via ``np.load(allow_pickle=False)``; ``None`` when absent or not a plain .npy."""
+    if not isinstance(name, str) or name not in ex.manifest["members"]:
+        return None
+    try:
+        return np.load(ex.path(name), allow_pickle=False)
+    except (OSError, ValueError):
+        return None
+
+
+def verify_on(runtime: str, ex: ExtractedBundle, man: BundleManifest, model: Any, thresholds: Any, cfg: Any,
+              add: Callable[[str, str, str, str], bool]) -> RuntimeRun:
+    """Every per-runtime check (module docstring) as rows through ``add(kind, name, status, detail)``."""
+    from ..intake.support import check_support
+
+    opts = runtime_options(runtime, cfg.threads)
+    if runtime == "onnxruntime":
+        opts["providers"] = tuple(cfg.providers)
+    cls = runtime_class(runtime)
+    if not cls.is_available():
+        add("runtime", runtime, "fail", f"not installed here; pip install {'quantkit[openvino]' if runtime == 'openvino' else runtime}")
+        return RuntimeRun(runtime, None, None, None, None, False)
+    built = man.versions.get(runtime)
+    here = cls.version()
+    same = built == here
+    add("runtime", runtime, "pass" if same else ("fail" if cfg.require_same_runtime else "warn"),
+        f"{here} (same as the build)" if same else f"{here} here, bundle built with {built or 'it not installed'}; golden comparison decides")
+    if runtime in SUPPORT_TARGET and (runtime != "onnxruntime" or tuple(cfg.providers) == ("CPUExecutionProvider",)):
+        rep = check_support(model, SUPPORT_TARGET[runtime])
+        kinds = sorted({f"{(i.domain + '::') if i.domain else ''}{i.op_type} ({i.kind})" for i in rep.issues})
+        if not add("support", runtime, "fail" if rep.issues else "pass",
+                   f"{len(rep.issues)} node(s) refused: {'; '.join(i.detail for i in rep.issues[:2])} [{', '.join(kinds[:4])}]" if rep.issues
+                   else f"loads and runs all {rep.nodes_checked} nodes ({rep.source})"):
+            return RuntimeRun(runtime, rep.runtime, None, None, None, False)
+    rt = make_runtime(runtime, ex.path("model_int8.onnx"), name="model_int8.onnx", **opts)
+    try:
+        rt.activate()
+    except ModelError as e:
+        add("runtime", f"{runtime} session", "fail", str(e))
+        return RuntimeRun(runtime, None, None, None, None, False)
+    try:
+        return _golden(runtime, rt, opts, ex, man, model, thresholds, cfg, add)
+    finally:
+        rt.deactivate()
+
+
+def _golden(runtime: str, rt: Any, opts: dict[str, Any], ex: ExtractedBundle, man: BundleManifest, model: Any, thresholds: Any, cfg: Any,
+            add: Callable[[str, str, str, str], bool]) -> RuntimeRun:
+    info = rt.info()
+    tol = man.tolerance
+    steps = cfg.tolerance_steps or tol.steps
+    max_mismatch = tol.max_mismatch if cfg.max_mismatch is None else cfg.max_mismatch
+    first_fail: tuple[str, dict[str, np.ndarray]] | None = None
+    first_feed: dict[str, np.ndarray] | None = None
+    times: list[float] = []
+    agree = n_dec = 0
+    for s in progress(man.samples, total=len(man.samples), desc=f"golden inputs on {runtime}"):
+        x = load_npy(ex, s.input)
+        if x is None or x.dtype != np.float32 or tuple(x.shape) != man.input_shape:
+            add("output", s.id, "fail", f"golden input {s.input} is not float32 {list(man.input_shape)}")
+            continue
+        feed = {man.input_name: x}
+        first_feed = first_feed or feed
+        got = rt.infer(feed)
+        for _ in range(max(cfg.latency_repeats, 1)):
+            rt.infer(feed)
+            times.append(rt.inference_times[-1])
+        ok = True
+        for o in man.outputs:
+            golden = load_npy(ex, s.int8[o.index] if o.index < len(s.int8) else None)
+            atol = steps * o.scale if o.scale else o.atol
+            ok &= _output_row(add, s.id, o.name, got.get(o.name), golden, atol, max_mismatch, o.tolerance_source if not cfg.tolerance_steps else f"{steps:g} step(s)")
+        if thresholds is not None and s.decision_int8 is not None:
+            a = agreement(thresholds, s.decision_int8, decide(thresholds, got, model=model))
+            n_dec += 1
+            agree += a.value >= cfg.decision_min_agreement
+            ok &= add("decision", s.id, "pass" if a.value >= cfg.decision_min_agreement else "fail", str(a))
+        elif thresholds is None:
+            add("decision", s.id, "skip", "no task adapter in the bundle; tensor-level comparison only")
+        if not ok and first_fail is None:
+            first_fail = (s.id, feed)
+    prec = _precision(rt, first_feed, model, add)
+    latency = 1000 * statistics.median(times) if times else None
+    if latency is not None:
+        add("latency", runtime, "pass", f"{latency:.1f} ms median over {len(times)} runs of the golden inputs (this machine; {info.label})")
+    _pattern_warnings(runtime, man, add)
+    div = None
+    if first_fail is not None and cfg.localize:
+        div = _localize(runtime, opts, ex, man, model, first_fail, steps, max_mismatch, add)
+    return RuntimeRun(runtime, info, latency, prec, div, first_fail is None, agree, n_dec)
+
+
+def _output_row(add: Callable[..., bool], sid: str, name: str, got: Any, golden: np.ndarray | None, atol: float, max_mismatch: float, source: str) -> bool:
+    row = f"{sid} {name}"
+    if got is None or golden is None:
+        return add("output", row, "fail", "output missing from the model or the bundle")
+    got = np.asarray(got)
+    if got.shape != golden.shape:
+        return add("output", row, "fail", f"shape {list(got.shape)} != golden {list(golden.shape)}")
+    c = compare_tensor(name, got, golden, None, atol, max_mismatch)
+    detail = f"{100 * c.mismatch:.2f}% of elements beyond {atol:.4g} ({source}; allowed {100 * max_mismatch:g}%), worst {c.max_steps * atol:.4g}"
+    return add("output", row, "fail" if c.diverged else "pass", detail)
+
+
+def _precision(rt: Any, feed: dict[str, np.ndarray] | None, model: Any, add: Callable[..., bool]) -> PrecisionSummary | None:
+    nodes = rt.node_precisions(feed) if feed is not None else ()
+    if not nodes:
+        add("precision", rt.NAME, "skip", "this runtime does not report per-node precision" if feed is not None else "no golden input ran")
+        return None
+    summary = integer_share(model, nodes)
+    add("precision", rt.NAME, "pass", str(summary))
+    return summary
+
+
+def _pattern_warnings(runtime: str, man: BundleManifest, add: Callable[..., bool]) -> None:
+    from ..patterns import PatternMatrix
+
+    if not man.patterns.get("matrix"):
+        return
+    m = PatternMatrix.from_dict(man.patterns["matrix"])
+    bad = [(p, nodes, m.verdict(p, runtime)) for p, nodes in man.patterns.get("used", [])]
+    bad = [(p, nodes, r) for p, nodes, r in bad if r is not None and r.verdict != "agree"]
+    if bad:
+        add("patterns", runtime, "warn", "; ".join(f"{p} ({r.verdict} on the building machine, {r.variant}) at {', '.join(nodes[:3])}" for p, nodes, r in bad[:4]))
+
+
+def _localize(runtime: str, opts: dict[str, Any], ex: ExtractedBundle, man: BundleManifest, model: Any, failing: tuple[str, dict[str, np.ndarray]],
+              steps: float, max_mismatch: float, add: Callable[..., bool]) -> Divergence | None:
+    sid, feed = failing
+    sample = next(s for s in man.samples if s.id == sid)
+    if not man.activations or not sample.activations:
+        add("layer", f"{runtime} {sid}", "skip", "the bundle holds no golden INT8 activations (schema 1 or activation_max_elements 0)")
+        return None
+    stored: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
+    tolerance: dict[str, float] = {}
+    for a, member in zip(man.activations, sample.activations):
+        ref = load_npy(ex, member)
+        if ref is not None:
+            stored[a.name] = (ref, subsample_indices(int(np.prod(a.shape)) if a.shape else ref.size, man.tolerance.activation_max_elements))
+            tolerance[a.name] = steps * a.scale if a.scale else a.atol
+    for o in man.outputs:
+        ref = load_npy(ex, sample.int8[o.index])
+        if ref is not None:
+            stored[o.name] = (ref, None)
+            tolerance[o.name] = steps * o.scale if o.scale else o.atol
+    cands = [a.name for a in man.activations] + [o.name for o in man.outputs]
+    div = localize(model, feed, bound_target(runtime, feed, **opts), StoredReference(stored), tolerance=tolerance, max_mismatch=max_mismatch,
+                   candidates=cands)
+    if div is None:
+        add("layer", f"{runtime} {sid}", "warn", "no recorded activation or output diverges when cut; the difference arises only in the full compiled model")
+    else:
+        add("layer", f"{runtime} {sid}", "fail", div.describe())
+    return div

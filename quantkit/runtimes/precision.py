@@ -1,0 +1,147 @@
+"""How much of a model's Conv/MatMul work a runtime really executed in integer precision, and the machine.
+
+Work is counted in multiply-accumulates (MACs) of the ONNX model's compute nodes, from ONNX shape
+inference:
+
+* ``Conv``: ``prod(Y.shape) * prod(W.shape[1:])`` (``W`` is ``[C_out, C_in/group, k...]``);
+* ``ConvTranspose``: ``prod(X.shape) * prod(W.shape[1:])`` (``W`` is ``[C_in, C_out/group, k...]``);
+* ``MatMul`` / ``Gemm``: ``prod(Y.shape) * K`` with ``K`` the reduced dimension of ``A``.
+
+A compute node counts as integer when a runtime node that covers it (:attr:`NodePrecision.original`) is a
+convolution/matmul kernel whose precision is one of :data:`INTEGER_PRECISIONS`. The runtime says which
+nodes it fused and in which precision it ran them (ORT's profiler, OpenVINO's runtime model), so the
+share is the runtime's account, not a reading of the QDQ graph.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import platform
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .base import INTEGER_PRECISIONS, NodePrecision, onnx_node_names
+
+COMPUTE_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger"})
+_KERNEL = re.compile(r"conv|matmul|gemm|fullyconnected|deconvolution|innerproduct", re.IGNORECASE)
+ISA_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "avx512_fp16", "amx_int8", "amx_bf16", "amx_tile", "neon", "asimd")
+"""CPU features that decide which kernels a runtime picks (int8 dot products, bf16, AMX tiles)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PrecisionSummary:
+    """Share of Conv/MatMul work (MACs) a runtime executed in integer precision.
+
+    integer_share: integer MACs / all compute MACs (0..1; NaN when the model has none). nodes_integer /
+    nodes_float / nodes_unknown: compute nodes by what the runtime reported (unknown = no runtime node
+    names it). precisions: ``{precision: compute MACs}``.
+    """
+
+    integer_share: float
+    nodes_integer: int
+    nodes_float: int
+    nodes_unknown: int
+    total_macs: int
+    precisions: tuple[tuple[str, int], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["precisions"] = dict(self.precisions)
+        d["integer_share"] = None if np.isnan(self.integer_share) else self.integer_share
+        return d
+
+    def __str__(self) -> str:
+        if np.isnan(self.integer_share):
+            return "no Conv/MatMul nodes"
+        return (f"{100 * self.integer_share:.1f}% of Conv/MatMul MACs in int8/uint8 ({self.nodes_integer} integer, "
+                f"{self.nodes_float} float, {self.nodes_unknown} not reported)")
+
+
+def compute_macs(model: Any) -> dict[str, int]:
+    """``{ONNX node name: MACs}`` of every Conv/ConvTranspose/MatMul/Gemm (formulas in the module docstring).
+
+    Nodes whose shapes shape inference cannot give are left out. Unnamed nodes are ``<op_type>_<index>``.
+    """
+    import onnx
+
+    try:
+        m = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 - best effort: keep declared shapes
+        m = model
+    shapes: dict[str, list[int]] = {}
+    for vi in list(m.graph.input) + list(m.graph.output) + list(m.graph.value_info):
+        dims = vi.type.tensor_type.shape.dim
+        if dims and all(d.HasField("dim_value") for d in dims):
+            shapes[vi.name] = [d.dim_value for d in dims]
+    for t in m.graph.initializer:
+        shapes[t.name] = list(t.dims)
+    dq = {n.output[0]: n.input[0] for n in m.graph.node if n.op_type == "DequantizeLinear"}
+    out: dict[str, int] = {}
+    for i, n in enumerate(m.graph.node):
+        if n.op_type not in COMPUTE_OPS:
+            continue
+        name = n.name or f"{n.op_type}_{i}"
+        x, w = (n.input[0], n.input[3]) if n.op_type.startswith("QLinear") else (n.input[0], n.input[1] if len(n.input) > 1 else "")
+        w_shape = shapes.get(w) or shapes.get(dq.get(w, ""))
+        y = shapes.get(n.output[0])
+        macs = _macs(n, shapes.get(x), w_shape, y)
+        if macs:
+            out[name] = macs
+    return out
+
+
+def _macs(node: Any, x: list[int] | None, w: list[int] | None, y: list[int] | None) -> int:
+    if node.op_type in ("Conv", "QLinearConv", "ConvInteger") and y and w:
+        return int(np.prod(y, dtype=np.int64) * np.prod(w[1:], dtype=np.int64))
+    if node.op_type == "ConvTranspose" and x and w:
+        return int(np.prod(x, dtype=np.int64) * np.prod(w[1:], dtype=np.int64))
+    if node.op_type == "Gemm" and x and y:
+        trans = any(a.name == "transA" and a.i for a in node.attribute)
+        return int(np.prod(y, dtype=np.int64) * (x[0] if trans else x[-1]))
+    if node.op_type in ("MatMul", "QLinearMatMul", "MatMulInteger") and x and y:
+        return int(np.prod(y, dtype=np.int64) * x[-1])
+    return 0
+
+
+def integer_share(model: Any, nodes: Sequence[NodePrecision]) -> PrecisionSummary:
+    """MAC-weighted share of ``model``'s compute nodes that ``nodes`` (a runtime's account) ran in integers."""
+    macs = compute_macs(model)
+    names = onnx_node_names(model)
+    seen: dict[str, str] = {}
+    for rn in nodes:
+        if not _KERNEL.search(rn.op_type):
+            continue
+        for orig in rn.original:  # OpenVINO names a Conv's bias-free part "<node>/WithoutBiases"
+            onnx_name = names.get(orig) or names.get(orig.split("/", 1)[0])
+            if onnx_name in macs and (seen.get(onnx_name) not in INTEGER_PRECISIONS):
+                seen[onnx_name] = rn.precision
+    total = sum(macs.values())
+    by_prec: dict[str, int] = {}
+    for name, m in macs.items():
+        p = seen.get(name, "unknown")
+        by_prec[p] = by_prec.get(p, 0) + m
+    integer = sum(m for p, m in by_prec.items() if p in INTEGER_PRECISIONS)
+    n_int = sum(seen.get(n) in INTEGER_PRECISIONS for n in macs)
+    n_unknown = sum(n not in seen for n in macs)
+    return PrecisionSummary(integer / total if total else float("nan"), n_int, len(macs) - n_int - n_unknown, n_unknown, total,
+                            tuple(sorted(by_prec.items())))
+
+
+def cpu_isa() -> dict[str, Any]:
+    """The CPU: ``{"model": name, "machine": arch, "flags": [the ISA_FLAGS it has]}`` (from /proc/cpuinfo on Linux)."""
+    name, flags = "", set()
+    info = Path("/proc/cpuinfo")
+    if info.is_file():
+        for line in info.read_text(encoding="utf-8", errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key == "model name" and not name:
+                name = value.strip()
+            elif key in ("flags", "Features") and not flags:
+                flags = set(value.split())
+    return {"model": name or platform.processor() or platform.machine(), "machine": platform.machine(),
+            "flags": [f for f in ISA_FLAGS if f in flags]}

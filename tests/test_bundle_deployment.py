@@ -1,0 +1,53 @@
+"""The main job's verify stage: the deployed bundle on each target runtime, agreement with FP32 per site set, one artifact."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_bundle_fixtures import make_pipeline
+from test_quantize_fixtures import make_set
+
+from quantkit.bundle import BundleConfig, build_bundle
+from quantkit.bundle.deployment import DeploymentVerification, DeploymentVerifyConfig, verify_deployment
+from quantkit.cli.main import main
+from quantkit.runtimes import available_runtimes
+
+
+@pytest.fixture(scope="module")
+def deployed(tmp_path_factory):
+    root = tmp_path_factory.mktemp("deploy")
+    pipe = make_pipeline(root)
+    res = build_bundle(pipe["deployed"], pipe["thresholds"], pipe["intake"], pipe["golden"], root / "dist", BundleConfig(patterns=False, golden_count=2))
+    sites = [make_set(root / "site-a", 3, size=40, name="site-a"), make_set(root / "site-b", 2, size=40, name="site-b", seed=1)]
+    return res.path, pipe["intake"], sites
+
+
+def test_every_target_runtime_is_recorded_with_site_agreement(deployed, tmp_path, monkeypatch):
+    bundle, intake, sites = deployed
+    cfg = DeploymentVerifyConfig(runtimes=("onnxruntime", "openvino", "tensorrt"), max_images=0)
+    result = verify_deployment(bundle, intake, sites, cfg)
+    by = {r.runtime: r for r in result.runtimes}
+    assert not by["tensorrt"].installed and by["onnxruntime"].installed and by["onnxruntime"].verified
+    ort = by["onnxruntime"]
+    assert ort.label == "onnxruntime[all]" and ort.integer_share == 1.0 and ort.latency_ms > 0 and "machine-dependent" in ort.latency_note
+    assert [(s.site_set, s.images) for s in ort.sites] == [("site-a", 3), ("site-b", 2)]
+    assert all(0 <= s.f1_vs_fp32 <= 1 and s.matched <= min(s.fp32_detections, s.int8_detections) for s in ort.sites)
+    assert by["openvino"].installed == ("openvino" in available_runtimes())
+    result.save(tmp_path / "deployed.json")
+    assert DeploymentVerification.load(tmp_path / "deployed.json") == result and result.ok
+
+
+def test_verify_stage_cli_writes_the_artifact(deployed, tmp_path, capsys):
+    bundle, intake, sites = deployed
+    params = tmp_path / "params.yaml"
+    params.write_text("verify:\n  runtimes: [onnxruntime]\n  max_images: 2\n  threads: 1\n  fail: true\n")
+    out = tmp_path / "work" / "verify" / "deployed.json"
+    args = ["verify", str(bundle), "--fp32", str(intake), "--site-set", str(sites[0]), "--params", str(params), "--out", str(out)]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "onnxruntime[all]" in text and "verified" in text and "site-a F1" in text
+    data = json.loads(out.read_text())
+    assert data["runtimes"][0]["options"]["intra_op_num_threads"] == "1" and data["runtimes"][0]["sites"][0]["images"] == 2
+    assert main(["verify", str(bundle), "--out", str(out)]) == 2
+    assert "--fp32" in capsys.readouterr().err

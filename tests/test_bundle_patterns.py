@@ -1,0 +1,46 @@
+"""Every risky pattern, bundled and verified on every installed runtime: where the runtime disagrees with ONNX's
+reference evaluator on the bundle's golden inputs, verify fails on that runtime and names the first diverging tensor;
+where it agrees, verify passes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_bundle_fixtures import make_pattern_pipeline
+
+from quantkit.bundle import BundleConfig, VerifyConfig, build_bundle, verify_bundle
+from quantkit.patterns import PATTERNS, run_pattern, runtime_variants
+from quantkit.runtimes.localize import quantized_tensors
+
+
+@pytest.mark.parametrize("pattern", PATTERNS, ids=lambda p: p.name)
+def test_pattern_bundle_verifies_exactly_where_the_runtime_agrees(pattern, tmp_path: Path) -> None:
+    case = pattern.build()
+    pipe = make_pattern_pipeline(tmp_path, case.model)
+    # max_mismatch 0: the suite's criterion (every element within one step of the reference)
+    res = build_bundle(pipe["deployed"], pipe["thresholds"], pipe["intake"], pipe["golden"], tmp_path / "dist",
+                       BundleConfig(golden_count=2, max_mismatch=0.0, patterns=False, activation_max_elements=512))
+    report = verify_bundle(res.path, VerifyConfig(runtimes=("all",), latency_repeats=0))
+    inputs = _golden_inputs(res.path)
+    for v in (v for v in runtime_variants() if v.deployment):
+        verdicts = {run_pattern(pattern, v, feed={"x": x}).verdict for x in inputs}
+        failed = [c for c in report.checks if c.runtime == v.runtime and c.status == "fail"]
+        run = next(r for r in report.runs if r.runtime == v.runtime)
+        if verdicts == {"agree"}:
+            assert not failed and run.ok, (v.label, failed)
+        elif "refused" in verdicts:
+            assert failed and failed[0].kind in ("support", "runtime"), (v.label, failed)
+        else:  # disagrees on at least one golden input: fails, and the cut models name the first diverging tensor
+            assert any(c.kind == "output" for c in failed), (v.label, failed)
+            assert run.divergence is not None and run.divergence.tensor in quantized_tensors(case.model), (v.label, report.checks)
+            assert run.divergence.confirmed and any(c.kind == "layer" and run.divergence.tensor in c.detail for c in failed)
+
+
+def _golden_inputs(bundle: Path) -> list[np.ndarray]:
+    import io
+    import tarfile
+
+    with tarfile.open(bundle) as tar:
+        return [np.load(io.BytesIO(tar.extractfile(m).read()), allow_pickle=False) for m in tar.getmembers() if m.name.endswith("/input.npy")]
