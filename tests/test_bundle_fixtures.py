@@ -245,8 +245,9 @@ def make_pattern_pipeline(root: Path, model: onnx.ModelProto) -> dict[str, Path]
     """Bundle inputs for a risky-pattern model (``quantkit.patterns``): the QDQ model serves as both the FP32 intake
     model and the quantized model, images are stretched to its ``[1, 3, H, W]`` input and scaled by 1/255, and the
     threshold set names no task adapter (tensor-level verification only)."""
-    from quantkit.quantize.record import CalibrationRecord, extract_scales
-    from quantkit.thresholds.binding import Binding, ThresholdSet
+    from quantkit.artifacts import CalibrationRecord
+    from quantkit.quantize.scales import extract_scales
+    from quantkit.artifacts import Binding, ThresholdSet
 
     h, w = (d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim[2:])
     m = onnx.ModelProto()

@@ -294,20 +294,25 @@ def test_decision_level_mismatch_is_named(bundle: Path, tmp_path: Path) -> None:
     members["manifest.json"] = json.dumps(man).encode()
     r = verify_bundle(repack(members, tmp_path, update_manifest=False))
     assert [(c.kind, c.name) for c in r.failures] == [("decision", "0001")]
-    assert f"{len(dec['polygons']) - 1}/{len(dec['polygons'])} golden detections matched" in r.failures[0].detail
+    assert f"({len(dec['polygons'])} golden items, {len(dec['polygons']) - 1} on the target)" in r.failures[0].detail
 
 
 def test_decision_agreement_ignores_small_coordinate_and_score_moves() -> None:
+    from quantkit.artifacts import ThresholdSet
     from quantkit.bundle.decisions import agreement
 
+    ts = ThresholdSet(adapter="box_detector", values={"score_thresh": 0.25, "iou_thresh": 0.45})  # the task decides what agrees
     golden = {"polygons": [[[10, 10], [50, 10], [50, 30], [10, 30]]], "scores": [0.80], "labels": [0]}
     moved = {"polygons": [[[11, 10], [50, 11], [52, 30], [10, 31]]], "scores": [0.78], "labels": [0]}
-    a = agreement(golden, moved)
-    assert a.f1 == 1.0 and a.matched == 1 and a.max_score_delta == pytest.approx(0.02)
+    a = agreement(ts, golden, moved)
+    assert (a.metric, a.value, a.golden, a.target) == ("box_f1", 1.0, 1, 1)
     relabelled = {**moved, "labels": [1]}
-    assert agreement(golden, relabelled).f1 == 0.0
-    assert agreement(golden, {"polygons": [], "scores": [], "labels": []}).f1 == 0.0
-    assert agreement({"polygons": [], "scores": [], "labels": []}, {"polygons": [], "scores": [], "labels": []}).f1 == 1.0
+    assert agreement(ts, golden, relabelled).value == 0.0
+    assert agreement(ts, golden, {"polygons": [], "scores": [], "labels": []}).value == 0.0
+    assert agreement(ts, {"polygons": [], "scores": [], "labels": []}, {"polygons": [], "scores": [], "labels": []}).value == 1.0
+    texts = ThresholdSet(adapter="classifier", values={"cls_thresh": 0.5})
+    assert agreement(texts, {"polygons": [], "scores": [0.9], "labels": [1], "top": [1, ""]},
+                     {"polygons": [], "scores": [0.6], "labels": [1], "top": [1, ""]}).metric == "top1"
 
 
 def test_runtime_version_difference_warns_or_fails(bundle: Path, tmp_path: Path, capsys) -> None:
@@ -387,10 +392,10 @@ def test_member_of_another_size_detail_is_not_cut(bundle: Path, tmp_path: Path) 
 
 
 def test_bad_threshold_set_json_names_the_file_once(tmp_path: Path) -> None:
-    from quantkit.thresholds.binding import ThresholdSet
+    from quantkit.artifacts import ThresholdSet
 
     bad = tmp_path / "thc_list.json"
     bad.write_text("[1, 2]")
-    with pytest.raises(ConfigError) as ei:
+    with pytest.raises(InputFileError) as ei:
         ThresholdSet.load(bad)
-    assert str(ei.value).count("thc_list.json") == 1 and "expected a mapping" in str(ei.value)
+    assert str(ei.value).count("thc_list.json") == 1 and "must be a JSON object" in str(ei.value)

@@ -12,7 +12,7 @@ from test_quantize_fixtures import make_set, make_tiny_intake
 from quantkit.cli.main import main
 from quantkit.patterns import get_pattern
 from quantkit.quantize.compare import TensorComparison, compare_layers, compare_outputs
-from quantkit.quantize.record import CalibrationRecord
+from quantkit.artifacts import CalibrationRecord
 from quantkit.quantize.runtime_compare import compare_runtimes
 from quantkit.runtimes import available_runtimes
 
@@ -38,7 +38,7 @@ def _variable_shape_model() -> onnx.ModelProto:
 def vsb(tmp_path_factory):
     from onnxruntime.quantization import QuantFormat, quantize_static
 
-    from quantkit.quantize.record import extract_scales
+    from quantkit.quantize.scales import extract_scales
 
     root = tmp_path_factory.mktemp("vsb")
     m = _variable_shape_model()

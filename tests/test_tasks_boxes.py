@@ -90,7 +90,7 @@ def test_yolov5_raw_head_is_decoded_with_anchors():
 
 
 def test_channels_yolov8_transposed_without_objectness():
-    rows = np.zeros((12, 7), np.float32)  # cx, cy, w, h, 3 class scores
+    rows = np.zeros((2100, 7), np.float32)  # cx, cy, w, h, 3 class scores; an anchor-free head proposes thousands of boxes
     rows[0] = [30, 30, 20, 20, 0.1, 0.8, 0.05]
     rows[3] = [60, 30, 10, 30, 0.6, 0.1, 0.1]
     rows[7] = [31, 30, 20, 20, 0.1, 0.5, 0.05]  # same place as row 0, lower: suppressed
@@ -98,9 +98,11 @@ def test_channels_yolov8_transposed_without_objectness():
     a = _adapter(m, layout="channels", score_thresh=0.25)
     assert a.has_objectness is False
     _expect(a.decide(run(m)), [[20, 20, 40, 40], [55, 15, 65, 45]], [1, 0], [0.8, 0.6])
-    with pytest.raises(ModelError) as e:  # the same tensor read as rows: 7 boxes with 8 classes
+    with pytest.raises(ModelError) as e:  # the same tensor read as rows: 7 boxes with 2096 classes
         make_adapter("box_detector", {"layout": "rows", "objectness": False}).check_outputs(shapes(m))
-    assert "'output0'" in str(e.value) and "[1x7x12]" in str(e.value) and "layout 'channels'" in str(e.value)
+    assert "'output0'" in str(e.value) and "[1x7x2100]" in str(e.value) and "layout 'channels'" in str(e.value)
+    # a short post-NMS list with many classes is not mistaken for a transposed head
+    make_adapter("box_detector", {"layout": "rows", "objectness": True}).check_outputs({"dets": [1, 10, 85]})
 
 
 @pytest.mark.parametrize("layout, shape, other", [("rows", [1, 84, 8400], "channels"), ("channels", [1, 3549, 6], "rows")])

@@ -208,13 +208,13 @@ def build_bundle(quantized: str | Path, thresholds: str | Path, fp32: str | Path
             model_sha256=sha256_file(int8_path), opset=model_opsets(int8_model), ops=tuple(model_ops(int8_model)),
             input_name=pre.input_name, input_shape=tuple(inputs[0].shape),
             outputs=tuple(output_specs(int8_model, out_names, record_scale, cfg.tolerance_steps, cfg.fallback_atol)),
-            fp32_model_sha256=fp32_digest, record_fingerprint=record.fingerprint, calibration_set=dict(record.calibration_set or {}),
+            fp32_model_sha256=fp32_digest, record_fingerprint=record.fingerprint, calibration_set={k: v for k, v in (record.calibration_set.to_dict() if record.calibration_set else {}).items() if k != "path"},
             threshold_fingerprint=thr_fp, threshold_values=dict(ts.values), adapter=ts.adapter or None,
             versions={**tool_versions(("onnx", "onnxruntime", "openvino", "numpy", "quantkit"), python=True), "providers": list(cfg.providers)},
             golden_runtime=info.to_dict(),
             tolerance=Tolerance(cfg.tolerance_steps, cfg.max_mismatch, cfg.fallback_atol, cfg.activation_max_elements),
             activations=tuple(specs),
-            golden_set={"path": golden.as_posix() if not golden.is_absolute() else golden.name, "set_id": gm.get("set_id"), "name": gm.get("name")},
+            golden_set={"set_id": gm.get("set_id"), "name": gm.get("name")},  # no path: the bytes must not depend on how it was typed
             samples=to_samples(samples), patterns=patterns)
         put(MANIFEST_NAME, canonical_json(manifest.to_dict()).encode("utf-8"))
 
@@ -228,7 +228,7 @@ def build_bundle(quantized: str | Path, thresholds: str | Path, fp32: str | Path
             atomic_write_json(tmp / POINTER_NAME, {
                 "schema_version": SCHEMA_VERSION, "bundle": name, "sha256": digest, "size": size,
                 "record_fingerprint": record.fingerprint, "threshold_fingerprint": thr_fp,
-                "calibration_set_id": dict(record.calibration_set or {}).get("set_id"), "golden_set_id": gm.get("set_id"), "adapter": ts.adapter,
+                "calibration_set_id": record.set_id, "golden_set_id": gm.get("set_id"), "adapter": ts.adapter,
             })
     log.info("wrote %s (%d bytes, %d members)", out / name, size, len(files))
     return BundleResult(out / name, digest, size, len(files), len(samples), len(specs), ts.adapter or None, record.fingerprint, thr_fp,

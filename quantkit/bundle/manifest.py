@@ -14,7 +14,7 @@ Schema 2 (``schema_version: 2``)::
      "golden_runtime": RuntimeInfo,                                 # who computed the golden INT8 values
      "tolerance": {"steps", "max_mismatch", "fallback_atol", "activation_max_elements"},
      "activations": [{"name", "source", "topo_index", "scale", "atol", "shape"}],
-     "golden": {"set": {"path", "set_id", "name"},
+     "golden": {"set": {"set_id", "name"},
                 "samples": [{"id", "source", "source_sha256", "raw", "input", "fp32": [...], "int8": [...],
                              "activations": [...], "decision_int8", "decision_fp32"}]},
      "patterns": {"matrix": PatternMatrix, "used": [[pattern, [nodes]]]}}

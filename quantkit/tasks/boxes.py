@@ -51,6 +51,10 @@ from .matching import box_iou, item_counts, match
 
 __all__ = ["BoxDetectorAdapter", "corners", "nms"]
 
+TRANSPOSED_MIN = 1024
+"""More values per candidate than this (and than candidates) reads as a transposed layout: no detector has over a
+thousand classes, while every anchor-free head proposes thousands of boxes."""
+
 LOGIT_RANGE = (-8.0, 8.0)
 """Nominal range of score logits for the effective-levels check (sigmoid 0.0003..0.9997)."""
 
@@ -185,16 +189,17 @@ class BoxDetectorAdapter(TaskAdapter):
         self._check_rows(name, shape, k, f, fix)
 
     def _check_rows(self, name: str, shape: Any, k: Any, f: Any, fix: str) -> None:
-        """K candidates of F values each: F > first class channel; a grid head has exactly its cells; otherwise
-        K >= F (a YOLO head proposes more boxes than it has classes; the other way round is the transposed
-        layout, e.g. YOLOv8's [1, 84, 8400] read as rows)."""
+        """K candidates of F values each: F > first class channel; a grid head has exactly its cells; otherwise a
+        candidate axis much longer than the value axis read as values is the transposed layout (YOLOv8's
+        [1, 84, 8400] read as rows: F = 8400 values per box). A short list of candidates with many classes (a
+        post-NMS [1, 10, 85]) is not flagged: only value axes of :data:`TRANSPOSED_MIN` or more entries are."""
         other = "channels" if self.layout == "rows" else "rows"
         if _known(f) and f <= self._first:
             raise self.layout_error(name, shape, self._declared(), fix)
         if self.decode != "none" and _known(self.input_size[0]):
             if _known(k) and k != self._cells():
                 raise self.layout_error(name, shape, self._declared(), "check layout, strides, anchors and input_size against the model")
-        elif _known(f) and _known(k) and k < f:
+        elif _known(f) and _known(k) and k < f and f >= TRANSPOSED_MIN:
             raise self.layout_error(name, shape, self._declared(), f"it looks transposed: try layout '{other}'")
 
     def _check_separate(self, shapes: Shapes, name: str, shape: Any) -> None:
