@@ -9,13 +9,13 @@ from .manifest import (
     RegisterResult,
     SetDiff,
     SetListing,
-    compose_set,
     compute_set_id,
     diff_sets,
     list_sets,
     register_set,
     scan_sets,
 )
+from .compose import compose_set
 from .stats import (
     STAT_COLUMNS,
     compute_stats,
