@@ -90,7 +90,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
         raise InputFileError(f"{dest}: is a folder; pass a file path for this output")
     _check_parent(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    remove_dead_temps(dest)
+    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(dest), suffix=".tmp", dir=dest.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -197,23 +198,56 @@ def output_lock(path: str | os.PathLike[str]) -> Iterator[Path]:
         os.close(fd)  # releases the flock
 
 
-def _stale_temps(dest: Path) -> list[Path]:
-    """Temporary sibling folders :func:`atomic_output_dir` leaves when its process is killed (``.NAME.xxxxxxxx.tmp``)."""
-    pattern = re.compile(re.escape(f".{dest.name}.") + r"[A-Za-z0-9_]{8}\.tmp")
-    if not dest.parent.is_dir():
+def _temp_prefix(dest: Path) -> str:
+    """Temporary siblings are ``.NAME.PID.xxxxxxxx.tmp``: the writer's pid tells whether it is still alive."""
+    return f".{dest.name}.{os.getpid()}."
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
+def remove_dead_temps(dest: str | os.PathLike[str], *, legacy: bool = False, own: bool = False) -> list[Path]:
+    """Remove the temporary siblings of ``dest`` (files or folders ``.NAME.PID.xxxxxxxx.tmp``) whose writer
+    process no longer runs (killed by SIGKILL, OOM, power loss); returns what was removed. ``legacy`` also
+    removes ``.NAME.xxxxxxxx.tmp`` folders without a pid, and ``own`` this process's own (both only safe with
+    :func:`output_lock` held)."""
+    d = Path(dest).absolute()
+    if not d.parent.is_dir():
         return []
-    return sorted(p for p in dest.parent.iterdir() if pattern.fullmatch(p.name) and p.is_dir() and not p.is_symlink())
+    with_pid = re.compile(re.escape(f".{d.name}.") + r"(\d+)\.[A-Za-z0-9_]{8}\.tmp")
+    no_pid = re.compile(re.escape(f".{d.name}.") + r"[A-Za-z0-9_]{8}\.tmp")
+    removed = []
+    for p in d.parent.iterdir():
+        m = with_pid.fullmatch(p.name)
+        pid = int(m.group(1)) if m is not None else None
+        dead = (pid is not None and ((own and pid == os.getpid()) or (pid != os.getpid() and not _pid_alive(pid)))) or \
+            (legacy and no_pid.fullmatch(p.name) is not None and p.is_dir())
+        if dead and not p.is_symlink():
+            if p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    p.unlink()
+            removed.append(p)
+    return removed
 
 
 def recover_output(dest: str | os.PathLike[str]) -> None:
     """Clean up after a writer of folder ``dest`` that died mid-write (call with :func:`output_lock` held).
 
-    Removes stale ``.NAME.xxxxxxxx.tmp`` folders; a ``.NAME.old`` folder (the two-step swap's backup) is put
-    back at ``dest`` when ``dest`` is missing (the writer died between the two renames), else removed.
+    Removes temporary siblings of dead writers (:func:`remove_dead_temps`); a ``.NAME.old`` folder (the
+    two-step swap's backup) is put back at ``dest`` when ``dest`` is missing (the writer died between the
+    two renames), else removed.
     """
     d = Path(dest).absolute()
-    for t in _stale_temps(d):
-        shutil.rmtree(t, ignore_errors=True)
+    remove_dead_temps(d, legacy=True)
     old = d.with_name(f".{d.name}.old")
     if old.is_dir() and not old.is_symlink():
         if not d.exists():
@@ -285,13 +319,16 @@ def atomic_output_dir(path: str | os.PathLike[str], *, marker: bool = True) -> I
         recover_output(dest)
         if dest.is_dir() and any(dest.iterdir()) and not (dest / OUTPUT_MARKER).is_file():
             raise InputFileError(f"{path}: folder exists and holds files quantkit did not write; pass a new or empty output folder")
-        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
-        os.chmod(tmp, 0o777 & ~_UMASK)  # mkdtemp creates 0700; give the usual folder mode
+        tmp: Path | None = None
         try:
+            tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(dest), suffix=".tmp", dir=dest.parent))
+            os.chmod(tmp, 0o777 & ~_UMASK)  # mkdtemp creates 0700; give the usual folder mode
             yield tmp
             if marker:
                 (tmp / OUTPUT_MARKER).touch()
             _swap_into_place(tmp, dest)
         except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+            remove_dead_temps(dest, own=True)  # an interrupt inside mkdtemp leaves a folder under a name not yet known here
             raise
