@@ -26,6 +26,7 @@ import dataclasses
 import datetime as _dt
 import logging
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Iterator, Literal, Mapping, Sequence
 
@@ -218,8 +219,10 @@ def _exif_time(path: Path) -> str | None:
     from PIL import Image
 
     try:
-        with Image.open(path) as im:
-            exif = im.getexif()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # damaged metadata was already judged by decode_image
+            with Image.open(path) as im:
+                exif = im.getexif()
             raw = exif.get_ifd(0x8769).get(0x9003) or exif.get(0x0132)
         if raw:
             return _dt.datetime.strptime(str(raw).strip("\x00 "), "%Y:%m:%d %H:%M:%S").isoformat()
@@ -365,8 +368,10 @@ def _old_id(mpath: Path) -> str:
 def _image_format(path: Path) -> str:
     from PIL import Image
 
-    with Image.open(path) as im:
-        return str(im.format or path.suffix.lstrip(".").upper())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # damaged metadata was already judged by decode_image
+        with Image.open(path) as im:
+            return str(im.format or path.suffix.lstrip(".").upper())
 
 
 @dataclasses.dataclass(frozen=True)

@@ -221,18 +221,25 @@ def _probe_checks(runner: Any, name: str, pre: Preprocessing, probe: Probe, marg
         for rname, fields in ranges.items():
             grid[(colour, rname)] = score(pre.replace(color_order=colour, **fields), rname)
     base = grid[(pre.color_order, declared_range)]
+    by_shape_verdicts = dict(verdict)  # layout decided by the input shape, before any run
+    alt_layout = None
     if "layout" not in verdict:
         alt_layout = score(pre, declared_range, transpose=True)
-        if _better(alt_layout, base, margin):
+        if _better(alt_layout, base, margin) and alt_layout >= probe.min_score:
             findings.append(NoteFinding("layout", pre.layout, other_layout, f"an {other_layout} array separates the probe better (score {alt_layout:.3f} vs {_fmt(base)}); check preprocessing.layout"))
             verdict["layout"] = "flagged"
         else:
             verdict["layout"] = _closeness(alt_layout, base, margin)
 
     runnable = {k: v for k, v in grid.items() if v is not None}
-    if not runnable:
+    best_any = max([v for v in runnable.values()] + ([alt_layout] if alt_layout is not None else []), default=None)
+    if not runnable or best_any is None or best_any < probe.min_score:
+        if verdict.get("layout") != "flagged" and "layout" not in by_shape_verdicts:
+            verdict["layout"] = "untested"
         verdict.update(color_order="n/a" if pre.channels == 1 else "untested", value_range="untested")
-        return f"probe {probe.name!r} could not score the model's outputs under any variant"
+        if not runnable:
+            return f"probe {probe.name!r} could not score the model's outputs under any variant"
+        return f"the model does not respond to probe {probe.name!r} under any variant (best score {best_any:.3f} < {probe.min_score:g})"
     # best combination; ties go to the one closer to the declared note
     (bc, br), best = max(runnable.items(), key=lambda kv: (kv[1], (kv[0][0] == pre.color_order) + (kv[0][1] == declared_range)))
     keep_colour = max((v for (c, _), v in runnable.items() if c == pre.color_order), default=None)

@@ -30,12 +30,16 @@ higher = the outputs respond more as the probe expects; None = cannot be scored 
 class Probe:
     """A sample for the checks: ``image`` ``(H, W, 3) uint8`` RGB; ``mask`` ``(H, W) bool`` marking
     where the model's first output map should be high (map probes), or None; ``scorer``: how outputs are
-    scored (default: :func:`map_auc`, the separation AUC of the first output map for ``mask``)."""
+    scored (default: :func:`map_auc`, the separation AUC of the first output map for ``mask``);
+    ``min_score``: the score some variant must reach before any setting is judged."""
 
     name: str
     image: np.ndarray
     mask: np.ndarray | None = None
     scorer: ProbeScore | None = None
+    min_score: float = 0.75
+    """Evidence floor: unless some variant scores at least this, the model does not respond to the probe
+    and nothing is flagged (for the AUC scorer 0.5 is chance; 0.75 means a clear response)."""
 
     def score(self, outputs: Sequence[np.ndarray], mask: np.ndarray | None, layout: str) -> float | None:
         """The probe's score of ``outputs`` (see :data:`ProbeScore`)."""
