@@ -158,12 +158,13 @@ def _docstring_entries(doc: str, fields: set[str]) -> dict[str, str]:
 
 def _prose_clauses(doc: str, fields: set[str]) -> dict[str, str]:
     """``\\`\\`name\\`\\` clause`` fragments of prose: the text after a field's name up to the next field's name."""
-    flat = " ".join(doc.split())
+    prose = re.split(r"\n\s*(?:Attributes|Fields|Args|Parameters)\b[^\n]*:\s*\n", doc)[0]
+    flat = " ".join(prose.split())
     marks = [(m.start(), m.end(), m.group(1)) for m in re.finditer(r"``(\w+)``", flat) if m.group(1) in fields]
     out: dict[str, str] = {}
     for k, (_, end, name) in enumerate(marks):
         stop = marks[k + 1][0] if k + 1 < len(marks) else len(flat)
-        clause = flat[end:stop].strip(" ,;.")
+        clause = re.split(r"\.\s", flat[end:stop])[0].strip(" ,;.")  # up to the next field, within the sentence
         clause = re.sub(r"\s*(,|;|\.)?\s*(and|or)?$", "", clause).strip()
         if len(clause.split()) >= 3 and len(clause) > len(out.get(name, "")):
             out[name] = clause
