@@ -218,3 +218,29 @@ def test_intake_config_rank3_needs_batch_one():
     with pytest.raises(Exception, match="batch_axis: false"):
         IntakeConfig.from_dict({"batch_size": 2, "preprocessing": {"batch_axis": False}})
     assert intake  # the library entry point the CLI calls
+
+
+REAL = {  # documented preprocessing: ddddocr's YOLOX det (416x416 BGR 0-255, letterbox 114); rapidocr's rec/cls (BGR, /255, 0.5/0.5)
+    "ddddocr/common_det.onnx": "  input_size: [416, 416]\n  preprocessing: {input_name: images, color_order: BGR, scale: 1.0, mean: [0.0], std: [1.0], pad_value: 114}\n",
+    "ch_PP-OCRv4_rec_infer.onnx": "  input_size: [48, 320]\n  preprocessing: {color_order: BGR}\n",
+    "ch_ppocr_mobile_v2.0_cls_infer.onnx": "  input_size: [48, 192]\n  preprocessing: {color_order: BGR}\n",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(REAL))
+def test_real_models_with_their_documented_preprocessing(tmp_path, capsys, name):
+    if name.startswith("ddddocr/"):
+        ddddocr = pytest.importorskip("ddddocr")
+        path = Path(ddddocr.__file__).parent / name.split("/", 1)[1]
+    else:
+        from quantkit.demo import packaged_model_path
+
+        path = packaged_model_path(name)
+    (tmp_path / "p.yaml").write_text("intake:\n" + REAL[name])
+    rc = main(["intake", str(path), "--params", str(tmp_path / "p.yaml"), "--out", str(tmp_path / "o")])
+    c = capsys.readouterr()
+    assert rc == 0, c.err
+    r = json.loads((tmp_path / "o" / "intake.json").read_text())
+    assert r["numeric_check"]["passed"] and r["note_check"]["ok"] and r["note_check"]["verdicts"]["layout"] == "ok"
+    assert r["note_check"]["untested_reason"].startswith("no probe: db_text: first output")
