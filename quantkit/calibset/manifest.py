@@ -253,6 +253,48 @@ def _some(paths: Sequence[str], n: int = 3) -> str:
     return ", ".join(paths[:n]) + (f" and {len(paths) - n} more" if len(paths) > n else "")
 
 
+def _measure(root: Path, files: list[Path], name: str, captured_at: Mapping[str, str],
+             labels: Mapping[str, Sequence[Sequence[Sequence[float]]]], on_error: str) -> tuple[list[ImageEntry], list[dict[str, Any]], list[str]]:
+    """Hash, decode and measure each image (one in memory at a time): manifest entries, stats rows, skipped files.
+
+    Raises:
+        CalibrationSetError: an unreadable image with ``on_error="fail"``, or every image unreadable.
+    """
+    entries: list[ImageEntry] = []
+    rows: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    transparent: list[str] = []
+    for p in progress(files, total=len(files), desc=f"register {name}"):
+        rel = p.relative_to(root).as_posix()
+        try:
+            decoded = decode_image(p)
+            fmt = _image_format(p)
+        except InputFileError as e:
+            if on_error == "fail":
+                raise CalibrationSetError(f"{e}; or register with on_error=skip (--on-error skip)") from None
+            log.warning("skipping %s", e)
+            skipped.append(rel)
+            continue
+        h, w = decoded.array.shape[:2]
+        quads = labels.get(rel)
+        entries.append(ImageEntry(
+            file=rel, sha256=sha256_file(p), bytes=p.stat().st_size, width=int(w), height=int(h), format=fmt,
+            captured_at=captured_at.get(rel) or _exif_time(p),
+            text_boxes=None if quads is None else tuple(tuple((float(x), float(y)) for x, y in q) for q in quads),
+        ))
+        rows.append({"file": rel, **image_statistics(decoded.array)})
+        if decoded.partial_alpha:
+            transparent.append(rel)
+        del decoded
+    if not entries:
+        raise CalibrationSetError(f"{root / IMAGES}: every image was skipped as unreadable; fix or replace them")
+    if transparent:
+        log.warning("%s: %d image(s) have partial transparency (%s); quantkit ignores alpha and uses the stored colours, as "
+                    "cv2.imread does; if your deployment composites them on a background, flatten them that way before registering",
+                    root, len(transparent), _some(transparent))
+    return entries, rows, skipped
+
+
 def register_set(
     folder: str | os.PathLike[str],
     *,
@@ -297,41 +339,7 @@ def register_set(
         rels = [p.relative_to(root).as_posix() for p in others]
         log.warning("%s: %d file(s) without an image suffix (%s) are not part of the set: %s; move them out of %s/ to silence this",
                     root, len(rels), ", ".join(sorted(IMAGE_SUFFIXES)), _some(rels), IMAGES)
-    captured_at = captured_at or {}
-    labels = labels or {}
-    entries: list[ImageEntry] = []
-    rows: list[dict[str, Any]] = []
-    skipped: list[str] = []
-    transparent: list[str] = []
-    for p in progress(files, total=len(files), desc=f"register {name}"):
-        rel = p.relative_to(root).as_posix()
-        try:
-            decoded = decode_image(p)
-            image = decoded.array
-            fmt = _image_format(p)
-        except InputFileError as e:
-            if on_error == "fail":
-                raise CalibrationSetError(f"{e}; or register with on_error=skip (--on-error skip)") from None
-            log.warning("skipping %s", e)
-            skipped.append(rel)
-            continue
-        h, w = image.shape[:2]
-        quads = labels.get(rel)
-        entries.append(ImageEntry(
-            file=rel, sha256=sha256_file(p), bytes=p.stat().st_size, width=int(w), height=int(h), format=fmt,
-            captured_at=captured_at.get(rel) or _exif_time(p),
-            text_boxes=None if quads is None else tuple(tuple((float(x), float(y)) for x, y in q) for q in quads),
-        ))
-        rows.append({"file": rel, **image_statistics(image)})
-        if decoded.partial_alpha:
-            transparent.append(rel)
-        del image, decoded
-    if transparent:
-        log.warning("%s: %d image(s) have partial transparency (%s); quantkit ignores alpha and uses the stored colours, as "
-                    "cv2.imread does; if your deployment composites them on a background, flatten them that way before registering",
-                    root, len(transparent), _some(transparent))
-    if not entries:
-        raise CalibrationSetError(f"{root / IMAGES}: every image was skipped as unreadable; fix or replace them")
+    entries, rows, skipped = _measure(root, files, name, captured_at or {}, labels or {}, on_error)
     manifest = _manifest_dict(name, kind, camera, lighting, site, entries, generator)
     mpath = root / MANIFEST
     written = True
@@ -372,91 +380,3 @@ def _image_format(path: Path) -> str:
         warnings.simplefilter("ignore")  # damaged metadata was already judged by decode_image
         with Image.open(path) as im:
             return str(im.format or path.suffix.lstrip(".").upper())
-
-
-@dataclasses.dataclass(frozen=True)
-class SetDiff:
-    """Images added to, removed from and changed between two sets, by file name (sorted)."""
-
-    a: str
-    b: str
-    added: tuple[str, ...]
-    removed: tuple[str, ...]
-    changed: tuple[str, ...]
-    unchanged: int
-
-    @property
-    def identical(self) -> bool:
-        return not (self.added or self.removed or self.changed)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"a": self.a, "b": self.b, "added": list(self.added), "removed": list(self.removed),
-                "changed": list(self.changed), "unchanged": self.unchanged, "identical": self.identical}
-
-    def __repr__(self) -> str:
-        return f"SetDiff(+{len(self.added)} -{len(self.removed)} ~{len(self.changed)} ={self.unchanged})"
-
-
-def diff_sets(a: CalibrationSet, b: CalibrationSet) -> SetDiff:
-    """Compare two sets by image file name: in ``b`` only (added), ``a`` only (removed), different sha256 (changed)."""
-    ha = {e.file: e.sha256 for e in a.entries}
-    hb = {e.file: e.sha256 for e in b.entries}
-    return SetDiff(
-        a=str(a.root), b=str(b.root),
-        added=tuple(sorted(set(hb) - set(ha))),
-        removed=tuple(sorted(set(ha) - set(hb))),
-        changed=tuple(sorted(f for f in set(ha) & set(hb) if ha[f] != hb[f])),
-        unchanged=sum(1 for f in set(ha) & set(hb) if ha[f] == hb[f]),
-    )
-
-
-@dataclasses.dataclass(frozen=True)
-class SetListing:
-    """What :func:`scan_sets` found: the loadable sets (sorted by path) and the manifests it skipped,
-    as ``(manifest path, one-line reason)`` pairs (sorted by path)."""
-
-    sets: tuple[CalibrationSet, ...]
-    skipped: tuple[tuple[str, str], ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"sets": [c.to_dict() for c in self.sets], "skipped": [{"manifest": m, "reason": r} for m, r in self.skipped]}
-
-    def __repr__(self) -> str:
-        return f"SetListing({len(self.sets)} sets, skipped={len(self.skipped)})"
-
-
-def scan_sets(root: str | os.PathLike[str]) -> SetListing:
-    """Every registered set (a folder with ``manifest.json``) under ``root``, sorted by path; a manifest
-    that does not load (malformed, edited, unreadable) is logged as a WARNING and listed in ``skipped``,
-    so one bad folder somewhere below ``root`` does not hide the others.
-
-    Hidden folders (``.dvc``, temporary ``.name.tmp`` folders) and ``images/`` folders are not searched;
-    folders that cannot be read are passed over silently (as ``os.walk`` does).
-
-    Raises:
-        InputFileError: ``root`` is not a folder.
-    """
-    base = Path(root)
-    if not base.is_dir():
-        raise InputFileError(f"{base}: not a folder; pass the folder that holds your sets")
-    found: list[CalibrationSet] = []
-    skipped: list[tuple[str, str]] = []
-    for dirpath, dirnames, filenames in os.walk(base):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != IMAGES)
-        if MANIFEST in filenames:
-            try:
-                found.append(CalibrationSet.load(dirpath))
-            except (CalibrationSetError, OSError) as e:
-                log.warning("skipping %s: %s", Path(dirpath) / MANIFEST, e)
-                skipped.append((str(Path(dirpath) / MANIFEST), str(e)))
-    return SetListing(tuple(sorted(found, key=lambda c: str(c.root))), tuple(sorted(skipped)))
-
-
-def list_sets(root: str | os.PathLike[str]) -> list[CalibrationSet]:
-    """The loadable sets under ``root``, sorted by path (:func:`scan_sets` without the skipped list;
-    malformed manifests are skipped with a logged warning).
-
-    Raises:
-        InputFileError: ``root`` is not a folder.
-    """
-    return list(scan_sets(root).sets)

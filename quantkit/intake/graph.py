@@ -141,7 +141,7 @@ def check_runtime_loads(model: Any, path: str, custom_domains: tuple[str, ...] =
     try:
         with quiet_onnxruntime(), OrtRunner(model.SerializeToString(), name=path):
             pass
-    except ModelError as e:
+    except ModelError:
         if not custom_domains:
             raise
         ops = sorted({f"{n.domain}::{n.op_type}" for n in model.graph.node if n.domain in custom_domains})
