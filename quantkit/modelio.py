@@ -31,13 +31,17 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-def load_model(path: str | os.PathLike[str], *, load_external_data: bool = True) -> Any:
+def load_model(path: str | os.PathLike[str], *, load_external_data: bool = True, strict_shapes: bool = False) -> Any:
     """Read ``path`` into an ``onnx.ModelProto``.
 
     Args:
         path: an ``.onnx`` file; external data files are looked up relative to its folder.
         load_external_data: read tensors stored in external files into the proto (default); when
             False only the graph is read (cheap inspection of huge models).
+        strict_shapes: also run ONNX's strict shape inference and refuse the file when the shapes it
+            declares disagree with what its nodes compute. For files quantkit wrote itself (intake and
+            quantize outputs, whose shapes were inferred strictly): a disagreement there means damage. Not
+            for source models, whose exporters often leave stale shapes (intake drops and re-infers them).
 
     Raises:
         ModelError: missing file, a folder, an empty file, not an ONNX protobuf (e.g. an image or
@@ -63,6 +67,11 @@ def load_model(path: str | os.PathLike[str], *, load_external_data: bool = True)
     if len(model.opset_import) == 0:
         raise ModelError(f"{p}: declares no opset_import (not an ONNX model, or truncated); re-export it")
     check_model_sanity(model, str(p))
+    if strict_shapes:
+        try:
+            onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+        except Exception as e:  # noqa: BLE001 - onnx raises InferenceError / ValidationError / RuntimeError
+            raise ModelError(f"{p}: the shapes or types it declares disagree with what its nodes compute ({_first_line(e)}); {_DAMAGED}") from None
     missing = sorted({loc for loc in external_data_locations(model) if not (p.parent / loc).is_file()})
     if missing:
         raise ModelError(f"{p}: external data file {missing[0]!r} not found next to the model; copy it into {p.parent} or re-export with the weights inside")
@@ -180,6 +189,9 @@ def _graph_problem(graph: Any, outer: frozenset[str], where: str) -> str | None:
                 return f"{where} {kind} {vi.name!r} has element type {tt.elem_type}, which ONNX does not define"
     for i, node in enumerate(graph.node):
         label = f"{where} node {i} ({node.op_type}{' ' + repr(node.name) if node.name else ''})"
+        if node.domain in ("", "ai.onnx") and not onnx.defs.has(node.op_type, ""):
+            return (f"{label} is not an operator onnx {onnx.__version__} knows (ai.onnx up to opset {onnx.defs.onnx_opset_version()}): "
+                    "the file is damaged or needs a newer onnx; re-export or re-download it, or upgrade onnx")
         missing = next((x for x in node.input if x and x not in known), None)
         if missing is not None:
             return f"{label} reads tensor {missing!r}, which no node, input or initializer defines"
@@ -198,14 +210,25 @@ def _graph_problem(graph: Any, outer: frozenset[str], where: str) -> str | None:
     return None
 
 
+def _all_nodes(graph: Any) -> list[Any]:
+    out = []
+    for n in graph.node:
+        out.append(n)
+        for a in n.attribute:
+            for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                out.extend(_all_nodes(g))
+    return out
+
+
 def check_model_sanity(model: Any, path: str = "model") -> None:
     """Refuse a parsed model whose content cannot be what an exporter wrote.
 
     Checks (one pass, no weights copied): every protobuf string field is valid UTF-8; every initializer
     and Constant tensor has an ONNX data type, non-negative dims and as many values (or raw bytes) as its
     dims need; graph inputs/outputs/value_info have ONNX element types; every attribute has an ONNX
-    attribute type; the graph has at least one output; and every tensor a node (or subgraph node) reads
-    and every graph output is defined by a graph input, an initializer or a node output.
+    attribute type; every node's domain is imported, and a default-domain op type is one onnx knows; the
+    graph has at least one output; and every tensor a node (or subgraph node) reads and every graph output
+    is defined by a graph input, an initializer or a node output.
 
     Raises:
         ModelError: naming the file, the node or tensor at fault and the fix (re-export / re-download).
@@ -216,9 +239,17 @@ def check_model_sanity(model: Any, path: str = "model") -> None:
     g = model.graph
     if len(g.output) == 0:
         raise ModelError(f"{path}: the graph has no outputs (truncated, or not a complete ONNX model); {_DAMAGED}")
+    def norm(domain: str) -> str:
+        return "" if domain in ("", "ai.onnx") else domain
+
+    imported = {norm(o.domain) for o in model.opset_import}
+    stray = next((n for n in _all_nodes(g) if norm(n.domain) not in imported), None)
+    if stray is not None:
+        raise ModelError(f"{path}: node {stray.name or stray.op_type!r} uses domain {stray.domain!r}, which the model does not import "
+                         f"(opset_import: {sorted(o.domain or 'ai.onnx' for o in model.opset_import)}); {_DAMAGED}")
     bad = _graph_problem(g, frozenset(), "graph")
     if bad:
-        raise ModelError(f"{path}: {bad}; {_DAMAGED}")
+        raise ModelError(f"{path}: {bad}" if "re-export" in bad else f"{path}: {bad}; {_DAMAGED}")
     known = {vi.name for vi in g.input} | {t.name for t in g.initializer} | {o for n in g.node for o in n.output}
     missing = next((o.name for o in g.output if o.name not in known), None)
     if missing is not None:
