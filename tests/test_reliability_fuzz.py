@@ -170,3 +170,23 @@ def test_damaged_images_at_registration(tmp_path, capfd):
                 assert not (folder / "manifest.json").exists() and not (folder / "stats.csv").exists()
     print("images:", dict(seen), "inputs:", k)
     assert k == 90 and sum(v for (_, rc), v in seen.items() if rc == 2) > 30
+
+
+def test_damaged_intake_output_into_quantize(tmp_path, capfd):
+    """A damaged ``model.onnx`` inside an intake folder (what quantize, compare and bind read)."""
+    from quantkit.intake import IntakeConfig, intake
+
+    m = tiny_map_model()
+    onnx.save(m, tmp_path / "m.onnx")
+    intake(tmp_path / "m.onnx", IntakeConfig.from_dict({"input_size": [32, 32], "note_check": "off"}), tmp_path / "intake")
+    good = (tmp_path / "intake" / "model.onnx").read_bytes()
+    seen: Counter = Counter()
+    for label, data in damaged_copies(good, onnx.load_from_string(good), seed=7, n=6):
+        (tmp_path / "intake" / "model.onnx").write_bytes(data)
+        _check(["quantize", str(tmp_path / "intake"), "--dynamic", "--out", str(tmp_path / "q")], capfd, tmp_path / "q", seen, label)
+        if (tmp_path / "q").exists():
+            import shutil
+
+            shutil.rmtree(tmp_path / "q")
+    print("intake output -> quantize --dynamic:", dict(seen))
+    assert sum(seen.values()) == 24
