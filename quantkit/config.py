@@ -244,7 +244,7 @@ def load_params(path: str | Path, section: str) -> dict[str, Any]:
     node: Any = data
     for part in section.split("."):
         if not isinstance(node, dict) or part not in node:
-            raise ConfigError(f"{p}: section {section!r} is missing; add it (see README)")
+            raise ConfigError(f"{p}: section {section!r} is missing; add it ('quantkit params {section}' lists its keys and defaults)")
         node = node[part]
     if not isinstance(node, dict):
         raise ConfigError(f"{p}: section {section!r} must be a mapping")

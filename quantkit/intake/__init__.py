@@ -6,7 +6,9 @@ See ``docs/ARCHITECTURE.md`` (``quantkit.intake``) for the artifact contract of 
 from ..modelio import load_model
 from .export import ExportResult, TorchExportConfig, export_torch
 from .inspect import InspectReport, OpCount, TensorInfo, inspect_model
-from .notecheck import NoteCheckReport, Probe, check_note, text_probe
+from .graph import NODE_NAME_RULE, fix_input_shape, name_unnamed_nodes
+from .notecheck import NoteCheckReport, check_note
+from .probes import PROBES, Probe, ProbeContext, ProbeFactory, register_probe, select_probe, text_map_probe, text_probe
 from .opset import (
     ConversionLog,
     NumericCheck,
@@ -18,7 +20,8 @@ from .prepare import IntakeConfig, IntakeResult, intake
 from .validate import ValidationReport, validate_model
 
 __all__ = [
-    "ConversionLog", "ExportResult", "InspectReport", "IntakeConfig", "IntakeResult", "NoteCheckReport", "NumericCheck", "OpCount", "Probe",
-    "TensorInfo", "TorchExportConfig", "ValidationReport", "check_note", "convert_opset", "export_torch", "inspect_model", "intake", "load_model",
-    "semantics_notes", "text_probe", "validate_model", "verify_conversion",
+    "NODE_NAME_RULE", "PROBES", "ConversionLog", "ExportResult", "InspectReport", "IntakeConfig", "IntakeResult", "NoteCheckReport", "NumericCheck",
+    "OpCount", "Probe", "ProbeContext", "ProbeFactory", "TensorInfo", "TorchExportConfig", "ValidationReport", "check_note", "convert_opset",
+    "export_torch", "fix_input_shape", "inspect_model", "intake", "load_model", "name_unnamed_nodes", "register_probe", "select_probe",
+    "semantics_notes", "text_map_probe", "text_probe", "validate_model", "verify_conversion",
 ]
