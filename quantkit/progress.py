@@ -7,7 +7,8 @@ a DVC dependency) with count, rate and ETA. Otherwise :class:`LogProgress` write
 * a start line once the work has run for :data:`QUIET_S` seconds (work that finishes sooner logs nothing,
   so quick commands and their one-line errors stay as they are);
 * a progress line about every :data:`INTERVAL_S` seconds: count, share of the total, rate, elapsed, ETA;
-* an end line (``done``, or ``stopped`` when the loop ended early or on an error).
+* an end line (``done``, or ``stopped`` when the loop ended early or on an error); work that ends just as
+  it passes :data:`QUIET_S` logs the end line only.
 
 Lines are written when an item completes, so an item that itself runs longer than the interval delays
 the next line until it is done.
@@ -28,8 +29,9 @@ log = logging.getLogger("quantkit.progress")
 
 INTERVAL_S = 30.0
 """Seconds between progress lines off a terminal."""
-QUIET_S = 2.0
-"""Work shorter than this logs nothing off a terminal."""
+QUIET_S = 10.0
+"""Work shorter than this logs nothing off a terminal (quick commands and their one-line errors stay as
+they are; a multi-minute stage is announced after 10 s)."""
 
 
 def _duration(s: float) -> str:
@@ -85,11 +87,13 @@ class LogProgress:
                 yield item
                 self.n += 1
                 now = self.clock()
+                at_end = bool(self.total) and self.n >= self.total  # the end line follows at once
                 if not started and now - start >= self.quiet:
                     started, last = True, now
-                    of = f" of {self.total} {self.unit}" if self.total else ""
-                    self.logger.info("%s: started%s; %s", self.desc, of, self._status(now - start))
-                elif started and now - last >= self.interval:
+                    if not at_end:
+                        of = f" of {self.total} {self.unit}" if self.total else ""
+                        self.logger.info("%s: started%s; %s", self.desc, of, self._status(now - start))
+                elif started and now - last >= self.interval and not at_end:
                     last = now
                     self.logger.info("%s: %s", self.desc, self._status(now - start))
             finished = True

@@ -33,22 +33,24 @@ def _run(n: int, step: float, caplog, total: int | None = None, stop: int | None
 
 def test_long_work_logs_start_every_30s_and_end(caplog):
     lines = _run(100, 1.0, caplog)  # 100 s of work, 1 s per image
-    assert lines[0] == "calibrate: started of 100 img; 2/100 img (2%), 1 img/s, elapsed 2.0s, ETA 1m38s"
+    assert lines[0] == "calibrate: started of 100 img; 10/100 img (10%), 1 img/s, elapsed 10.0s, ETA 1m30s"
     progress = lines[1:-1]
-    assert [ln.split(",")[0] for ln in progress] == ["calibrate: 32/100 img (32%)", "calibrate: 62/100 img (62%)", "calibrate: 92/100 img (92%)"]
-    assert "ETA 8.0s" in progress[-1] and "elapsed 1m32s" in progress[-1]
+    assert [ln.split(",")[0] for ln in progress] == ["calibrate: 40/100 img (40%)", "calibrate: 70/100 img (70%)"]
+    assert "ETA 30.0s" in progress[-1] and "elapsed 1m10s" in progress[-1]
     assert lines[-1] == "calibrate: done, 100 img in 1m40s (1 img/s)"
+    assert len(_run(1000, 1.0, caplog)) == 1 + 32 + 1  # start at 10 s, progress at 40, 70 ... 970 s, end
 
 
 def test_short_work_logs_nothing(caplog):
-    assert _run(10, 0.1, caplog) == []  # 1 s in all: under QUIET_S
+    assert _run(90, 0.1, caplog) == []  # 9 s in all: under QUIET_S
+    assert _run(10, 1.0, caplog) == ["calibrate: done, 10 img in 10.0s (1 img/s)"]  # ends as it passes QUIET_S: one line
 
 
 def test_stopped_early_and_unknown_total(caplog):
     lines = _run(100, 1.0, caplog, stop=40)
     assert lines[-1].startswith("calibrate: stopped, 39 img in 40.0s")  # the 40th was handed out, its end never reported
     lines = _run(50, 2.0, caplog, total=0)
-    assert lines[0].startswith("calibrate: started; 1 img, 0.5 img/s") and "ETA" not in "".join(lines)
+    assert lines[0].startswith("calibrate: started; 5 img, 0.5 img/s") and "ETA" not in "".join(lines)
 
 
 def test_progress_chooses_tqdm_on_a_tty(monkeypatch, caplog):
