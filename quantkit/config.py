@@ -5,11 +5,19 @@ keys (naming the field and listing the valid ones), checks types (``bool``, ``in
 ``Literal``, ``Optional``, ``tuple[...]``, ``dict[str, ...]`` and nested configs), then calls the
 subclass's ``validate`` hook. ``to_dict`` is the exact inverse. The DVC ``params.yaml`` sections are
 these dicts, so a stage is reproducible from its params alone.
+
+What YAML users write is read as meant where that is unambiguous. PyYAML follows YAML 1.1, which reads
+unquoted ``yes/no/on/off/true/false`` as booleans and ``1e-4`` (no dot) as text; YAML 1.2 readers (DVC's
+ruamel) keep ``yes``/``off`` as text. So: a ``Literal`` field given a boolean takes the one choice spelled
+as that boolean (``note_check: off`` -> ``"off"``); a ``bool`` field accepts those spellings as text; a
+``float`` field accepts a numeric string. An ``int``, ``float`` or ``str`` field given a boolean is refused
+saying it was read as a boolean and why; a ``str`` field given a number says to quote it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from pathlib import Path
@@ -21,6 +29,27 @@ from .errors import ConfigError, InputFileError
 C = TypeVar("C", bound="Config")
 
 
+_YAML_BOOLS = {"true": True, "yes": True, "on": True, "y": True, "false": False, "no": False, "off": False, "n": False}
+"""YAML 1.1 boolean spellings (yaml.org/type/bool.html), lower-cased; PyYAML reads these (any case) as booleans."""
+_BOOL_WHY = "YAML 1.1 reads unquoted yes/no/on/off/true/false as booleans"
+_EXPECTED = {int: "an integer", float: "a number", str: "a string"}
+_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, str) and _NUMBER.fullmatch(value.strip()) is not None
+
+
+def _literal_from_bool(value: bool, choices: tuple[Any, ...], where: str) -> Any:
+    """The one string choice that a YAML 1.1 boolean was spelled as (``note_check: off`` -> ``"off"``), else refuse."""
+    spellings = {k for k, v in _YAML_BOOLS.items() if v is value}
+    matches = [c for c in choices if isinstance(c, str) and c.lower() in spellings]
+    if len(matches) == 1:
+        return matches[0]
+    raise ConfigError(f"{where}: read as the boolean {str(value).lower()} ({_BOOL_WHY}); write one of {', '.join(map(repr, choices))}"
+                      + (" in quotes" if any(isinstance(c, str) for c in choices) else ""))
+
+
 def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
@@ -30,8 +59,11 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     if tp is Any:
         return value
     if origin is Literal:
-        if value not in get_args(tp):
-            raise ConfigError(f"{where}: {value!r} is not one of {', '.join(map(repr, get_args(tp)))}")
+        choices = get_args(tp)
+        if isinstance(value, bool) and not any(isinstance(c, bool) for c in choices):
+            return _literal_from_bool(value, choices, where)
+        if value not in choices or (isinstance(value, bool) != isinstance(choices[choices.index(value)], bool)):
+            raise ConfigError(f"{where}: {value!r} is not one of {', '.join(map(repr, choices))}")
         return value
     if origin in (Union, types.UnionType):
         args = get_args(tp)
@@ -74,20 +106,27 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__}")
         return tp.from_dict(value, where=where)
     if tp is bool:
+        if isinstance(value, str) and value.lower() in _YAML_BOOLS:
+            return _YAML_BOOLS[value.lower()]  # YAML 1.2 readers (ruamel, DVC's -S) keep yes/on/off as text
         if not isinstance(value, bool):
             raise ConfigError(f"{where}: expected true or false, got {value!r}")
         return value
+    if isinstance(value, bool):  # an int, float or str field given what YAML 1.1 read as a boolean
+        raise ConfigError(f"{where}: read as the boolean {str(value).lower()} ({_BOOL_WHY}); expected {_EXPECTED.get(tp, _type_name(tp))}"
+                          + ("; quote the value" if tp is str else ""))
     if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        if not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}" + ("; write it without quotes" if _is_number(value) else ""))
         return value
     if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, str) and _is_number(value):
+            return float(value)  # PyYAML (YAML 1.1) reads 1e-4 (no dot) as text
+        if not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: expected a number, got {value!r}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{where}: expected a string, got {value!r}")
+            raise ConfigError(f"{where}: expected a string, got {value!r} (read as a {type(value).__name__}); quote the value")
         return value
     raise TypeError(f"config field type {_type_name(tp)} at {where} is not supported")  # a bug, not user error
 
@@ -213,7 +252,7 @@ def load_params(path: str | Path, section: str) -> dict[str, Any]:
     node: Any = data
     for part in section.split("."):
         if not isinstance(node, dict) or part not in node:
-            raise ConfigError(f"{p}: section {section!r} is missing; add it (see README)")
+            raise ConfigError(f"{p}: section {section!r} is missing; add it ('quantkit params {section}' lists its keys and defaults)")
         node = node[part]
     if not isinstance(node, dict):
         raise ConfigError(f"{p}: section {section!r} must be a mapping")

@@ -26,6 +26,10 @@ class ModelError(InputFileError):
     """An ONNX model fails to load, check or infer shapes, or lacks what a stage needs."""
 
 
+class OutputBusyError(QuantkitError):
+    """Another process is writing the same output (it holds the output's lock); the message names it."""
+
+
 class CalibrationSetError(InputFileError):
     """A calibration, reference or site set is empty, unreadable or inconsistent with its manifest."""
 

@@ -3,6 +3,13 @@
 Every way a file can fail to be a usable ONNX model (missing, empty, not a protobuf, a truncated
 protobuf, a protobuf with no graph, external data that is not next to it) becomes one
 :class:`~quantkit.errors.ModelError` naming the file and the fix.
+
+A damaged file often still *parses*: protobuf reads a truncated file that ends on a field boundary,
+and a flipped byte inside a string leaves an invalid UTF-8 ``op_type`` that protobuf (upb) hands back
+as ``bytes``. :func:`check_model_sanity` therefore checks what parsed before any command uses it:
+every string field decodes, every dtype and attribute type is one ONNX defines, every tensor's data
+matches its dims, the graph has outputs and every tensor a node reads is defined somewhere. It
+never runs the model and costs one pass over the protobuf (no weight is copied).
 """
 
 from __future__ import annotations
@@ -24,17 +31,22 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-def load_model(path: str | os.PathLike[str], *, load_external_data: bool = True) -> Any:
+def load_model(path: str | os.PathLike[str], *, load_external_data: bool = True, strict_shapes: bool = False) -> Any:
     """Read ``path`` into an ``onnx.ModelProto``.
 
     Args:
         path: an ``.onnx`` file; external data files are looked up relative to its folder.
         load_external_data: read tensors stored in external files into the proto (default); when
             False only the graph is read (cheap inspection of huge models).
+        strict_shapes: also run ONNX's strict shape inference and refuse the file when the shapes it
+            declares disagree with what its nodes compute. For files quantkit wrote itself (intake and
+            quantize outputs, whose shapes were inferred strictly): a disagreement there means damage. Not
+            for source models, whose exporters often leave stale shapes (intake drops and re-infers them).
 
     Raises:
         ModelError: missing file, a folder, an empty file, not an ONNX protobuf (e.g. an image or
-            a text file), a truncated protobuf, no graph, or missing external data.
+            a text file), a truncated protobuf, no graph, a damaged graph (see
+            :func:`check_model_sanity`), or missing external data.
     """
     import google.protobuf.message
     import onnx
@@ -54,6 +66,12 @@ def load_model(path: str | os.PathLike[str], *, load_external_data: bool = True)
         raise ModelError(f"{p}: parses but holds no ONNX graph (not an ONNX model, or truncated); re-export it")
     if len(model.opset_import) == 0:
         raise ModelError(f"{p}: declares no opset_import (not an ONNX model, or truncated); re-export it")
+    check_model_sanity(model, str(p))
+    if strict_shapes:
+        try:
+            onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+        except Exception as e:  # noqa: BLE001 - onnx raises InferenceError / ValidationError / RuntimeError
+            raise ModelError(f"{p}: the shapes or types it declares disagree with what its nodes compute ({_first_line(e)}); {_DAMAGED}") from None
     missing = sorted({loc for loc in external_data_locations(model) if not (p.parent / loc).is_file()})
     if missing:
         raise ModelError(f"{p}: external data file {missing[0]!r} not found next to the model; copy it into {p.parent} or re-export with the weights inside")
@@ -102,3 +120,137 @@ def opset_of(model: Any, domain: str = "") -> int:
         if o.domain in (domain, "ai.onnx" if domain == "" else domain):
             return int(o.version)
     return 0
+
+
+_DAMAGED = "the file is damaged (truncated, or bytes changed on disk or in transfer); re-export or re-download it"
+
+# Element counts of a typed-field tensor per ONNX data type (TensorProto in onnx/onnx.proto3):
+# complex types store (real, imaginary) pairs; sub-byte types (int4, float4, int2, float6) are packed and skipped.
+_SUB_BYTE = frozenset({21, 22, 23, 25, 26, 27, 28})
+_TYPED_FIELD_FACTOR = {14: 2, 15: 2}
+
+
+def _undecodable_string(msg: Any, where: str) -> str | None:
+    """The field path of the first string field holding bytes that are not UTF-8, or None."""
+    from google.protobuf.descriptor import FieldDescriptor
+
+    for fd, value in msg.ListFields():
+        repeated = fd.is_repeated if hasattr(fd, "is_repeated") else fd.label == FieldDescriptor.LABEL_REPEATED  # protobuf >= 5.28 / older
+        if fd.type == FieldDescriptor.TYPE_STRING:
+            for i, v in enumerate(value if repeated else (value,)):
+                if not isinstance(v, str):
+                    return f"{where}.{fd.name}" + (f"[{i}]" if repeated else "")
+        elif fd.type == FieldDescriptor.TYPE_MESSAGE:
+            for i, v in enumerate(value if repeated else (value,)):
+                found = _undecodable_string(v, f"{where}.{fd.name}" + (f"[{i}]" if repeated else ""))
+                if found:
+                    return found
+    return None
+
+
+def _tensor_problem(t: Any) -> str | None:
+    """Why a TensorProto's data cannot be what its dims and data_type say, or None."""
+    import onnx
+
+    if t.data_type not in onnx.TensorProto.DataType.values() or t.data_type == 0:
+        return f"has data type {t.data_type}, which ONNX does not define"
+    if any(d < 0 for d in t.dims):
+        return f"has a negative dim {list(t.dims)}"
+    if t.data_location == onnx.TensorProto.EXTERNAL or t.data_type in _SUB_BYTE or t.data_type == onnx.TensorProto.STRING:
+        return None
+    n = 1
+    for d in t.dims:
+        n *= int(d)
+    if t.HasField("raw_data"):
+        want = n * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+        got = len(t.raw_data)
+    else:
+        want = n * _TYPED_FIELD_FACTOR.get(t.data_type, 1)
+        got = len(getattr(t, onnx.helper.tensor_dtype_to_field(t.data_type)))
+    return None if got == want else f"holds {got} values/bytes where dims {list(t.dims)} need {want}"
+
+
+def _graph_problem(graph: Any, outer: frozenset[str], where: str) -> str | None:
+    """The first dangling reference, bad dtype or bad attribute in ``graph`` (recursing into subgraphs)."""
+    import onnx
+
+    valid_types = set(onnx.TensorProto.DataType.values())
+    valid_attrs = set(onnx.AttributeProto.AttributeType.values()) - {0}
+    known = set(outer) | {vi.name for vi in graph.input} | {t.name for t in graph.initializer}
+    known |= {t.values.name for t in graph.sparse_initializer} | {o for n in graph.node for o in n.output if o}
+    for t in graph.initializer:
+        bad = _tensor_problem(t)
+        if bad:
+            return f"{where} initializer {t.name!r} {bad}"
+    for kind, vis in (("input", graph.input), ("output", graph.output), ("value_info", graph.value_info)):
+        for vi in vis:
+            tt = vi.type.tensor_type
+            if vi.type.HasField("tensor_type") and tt.elem_type not in valid_types:
+                return f"{where} {kind} {vi.name!r} has element type {tt.elem_type}, which ONNX does not define"
+    for i, node in enumerate(graph.node):
+        label = f"{where} node {i} ({node.op_type}{' ' + repr(node.name) if node.name else ''})"
+        if node.domain in ("", "ai.onnx") and not onnx.defs.has(node.op_type, ""):
+            return (f"{label} is not an operator onnx {onnx.__version__} knows (ai.onnx up to opset {onnx.defs.onnx_opset_version()}): "
+                    "the file is damaged or needs a newer onnx; re-export or re-download it, or upgrade onnx")
+        missing = next((x for x in node.input if x and x not in known), None)
+        if missing is not None:
+            return f"{label} reads tensor {missing!r}, which no node, input or initializer defines"
+        for a in node.attribute:
+            if a.type not in valid_attrs:
+                return f"{label} attribute {a.name!r} has type {a.type}, which ONNX does not define"
+            tensors = ([a.t] if a.HasField("t") else []) + list(a.tensors)
+            for t in tensors:
+                bad = _tensor_problem(t)
+                if bad:
+                    return f"{label} attribute {a.name!r} tensor {bad}"
+            for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                bad = _graph_problem(g, frozenset(known), f"{label} subgraph {g.name!r}:")
+                if bad:
+                    return bad
+    return None
+
+
+def _all_nodes(graph: Any) -> list[Any]:
+    out = []
+    for n in graph.node:
+        out.append(n)
+        for a in n.attribute:
+            for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                out.extend(_all_nodes(g))
+    return out
+
+
+def check_model_sanity(model: Any, path: str = "model") -> None:
+    """Refuse a parsed model whose content cannot be what an exporter wrote.
+
+    Checks (one pass, no weights copied): every protobuf string field is valid UTF-8; every initializer
+    and Constant tensor has an ONNX data type, non-negative dims and as many values (or raw bytes) as its
+    dims need; graph inputs/outputs/value_info have ONNX element types; every attribute has an ONNX
+    attribute type; every node's domain is imported, and a default-domain op type is one onnx knows; the
+    graph has at least one output; and every tensor a node (or subgraph node) reads and every graph output
+    is defined by a graph input, an initializer or a node output.
+
+    Raises:
+        ModelError: naming the file, the node or tensor at fault and the fix (re-export / re-download).
+    """
+    bad_string = _undecodable_string(model, "model")
+    if bad_string:
+        raise ModelError(f"{path}: {bad_string} is not valid UTF-8 text; {_DAMAGED}")
+    g = model.graph
+    if len(g.output) == 0:
+        raise ModelError(f"{path}: the graph has no outputs (truncated, or not a complete ONNX model); {_DAMAGED}")
+    def norm(domain: str) -> str:
+        return "" if domain in ("", "ai.onnx") else domain
+
+    imported = {norm(o.domain) for o in model.opset_import}
+    stray = next((n for n in _all_nodes(g) if norm(n.domain) not in imported), None)
+    if stray is not None:
+        raise ModelError(f"{path}: node {stray.name or stray.op_type!r} uses domain {stray.domain!r}, which the model does not import "
+                         f"(opset_import: {sorted(o.domain or 'ai.onnx' for o in model.opset_import)}); {_DAMAGED}")
+    bad = _graph_problem(g, frozenset(), "graph")
+    if bad:
+        raise ModelError(f"{path}: {bad}" if "re-export" in bad else f"{path}: {bad}; {_DAMAGED}")
+    known = {vi.name for vi in g.input} | {t.name for t in g.initializer} | {o for n in g.node for o in n.output}
+    missing = next((o.name for o in g.output if o.name not in known), None)
+    if missing is not None:
+        raise ModelError(f"{path}: graph output {missing!r} is not produced by any node, input or initializer; {_DAMAGED}")

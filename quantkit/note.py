@@ -6,12 +6,17 @@ model's ``metadata_props`` under :data:`METADATA_KEY` and as a sidecar JSON file
 Preprocessing order (the contract :meth:`Preprocessing.apply` implements):
 1. decoded image ``(H, W, 3) uint8`` RGB (see :mod:`quantkit.imageio`);
 2. resize to ``input_size`` under ``resize_policy``;
-3. reorder channels to ``color_order``;
-4. ``x = (pixel * scale - mean) / std`` per channel, as float32;
-5. transpose to ``layout`` and add the batch axis.
+3. channels: ``channels: 3`` reorders to ``color_order``; ``channels: 1`` takes the luma
+   ``Y = 0.299 R + 0.587 G + 0.114 B`` (ITU-R BT.601, OpenCV's ``COLOR_RGB2GRAY``); ``channels: 4``
+   reorders to ``color_order`` and appends an opaque alpha channel (255; decoded images carry no alpha);
+4. ``x = (pixel * scale - mean) / std`` per channel, as float32 (``mean``/``std`` give one value for
+   every channel, or one per channel);
+5. transpose to ``layout`` and add the batch axis (``batch_axis: false`` for rank-3 inputs, CHW/HWC).
 
 For PP-OCR's detector this is ``scale=1/255, mean=0.5, std=0.5`` in RGB NCHW (PaddleOCR's
 ``NormalizeImage`` in ``ppocr/data/imaug/operators.py``; rapidocr's ``DetPreProcess``).
+
+Notes written before ``channels`` and ``batch_axis`` existed load unchanged (3 channels, batch axis).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ METADATA_KEY = "quantkit.export_note"
 ColorOrder = Literal["RGB", "BGR"]
 Layout = Literal["NCHW", "NHWC"]
 ResizePolicy = Literal["stretch", "letterbox", "none"]
+Channels = Literal[1, 3, 4]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +62,23 @@ class Transform:
 
 @dataclasses.dataclass(frozen=True)
 class Preprocessing(Config):
-    """The preprocessing contract. ``input_size`` is ``(height, width)`` in pixels."""
+    """The preprocessing contract.
+
+    Attributes:
+        input_name: the model input the array is fed to.
+        input_size: ``(height, width)`` in pixels of the model input.
+        color_order: channel order of 3- and 4-channel inputs (``RGB`` or ``BGR``); ignored for 1 channel.
+        layout: ``NCHW`` (channels first) or ``NHWC`` (channels last); without the batch axis: CHW / HWC.
+        dtype: element type of the input array (float32).
+        scale: multiplies the 0-255 pixel value first (1/255 maps to 0..1).
+        mean: subtracted after scaling; one value for every channel, or one per channel.
+        std: divides after subtracting the mean; one value for every channel, or one per channel.
+        resize_policy: ``stretch`` (ignore aspect), ``letterbox`` (keep aspect, pad bottom/right with
+            ``pad_value``) or ``none`` (every image must already be ``input_size``).
+        pad_value: 0-255 grey level of the letterbox padding (all channels).
+        channels: 1 (grayscale luma, BT.601), 3 (colour in ``color_order``) or 4 (colour + opaque alpha).
+        batch_axis: the input has a leading batch axis (rank 4); false for rank-3 inputs (CHW / HWC).
+    """
 
     input_name: str = "x"
     input_size: tuple[int, int] = (640, 640)
@@ -64,10 +86,12 @@ class Preprocessing(Config):
     layout: Layout = "NCHW"
     dtype: Literal["float32"] = "float32"
     scale: float = 1.0 / 255.0
-    mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
-    std: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    mean: tuple[float, ...] = (0.5, 0.5, 0.5)
+    std: tuple[float, ...] = (0.5, 0.5, 0.5)
     resize_policy: ResizePolicy = "letterbox"
     pad_value: int = 0
+    channels: Channels = 3
+    batch_axis: bool = True
 
     def validate(self) -> None:
         h, w = self.input_size
@@ -77,16 +101,36 @@ class Preprocessing(Config):
             raise ConfigError(f"preprocessing.std: {self.std} must be positive")
         if not 0 <= self.pad_value <= 255:
             raise ConfigError(f"preprocessing.pad_value: {self.pad_value} must be in 0..255")
+        for name in ("mean", "std"):
+            vals = getattr(self, name)
+            if len(vals) not in (1, self.channels) and not (len(set(vals)) == 1 and len(vals) > 0):
+                raise ConfigError(f"preprocessing.{name}: {list(vals)} has {len(vals)} values for a {self.channels}-channel input; "
+                                  f"give one value (used for every channel) or {self.channels}")
 
-    def resize(self, image: np.ndarray) -> tuple[np.ndarray, Transform]:
-        """Resize an ``(H, W, 3) uint8`` image to ``input_size``; returns the image and its transform."""
+    def input_shape(self, batch: int = 1) -> tuple[int, ...]:
+        """The model input shape this contract produces: ``(batch, C, H, W)`` / ``(batch, H, W, C)``, or
+        without ``batch`` when ``batch_axis`` is false."""
+        h, w = self.input_size
+        shape = (self.channels, h, w) if self.layout == "NCHW" else (h, w, self.channels)
+        return ((batch,) + shape) if self.batch_axis else shape
+
+    def _per_channel(self, vals: tuple[float, ...]) -> np.ndarray:
+        return np.full(self.channels, vals[0], np.float32) if len(vals) != self.channels else np.asarray(vals, np.float32)
+
+    def resize(self, image: np.ndarray, *, source: str | None = None) -> tuple[np.ndarray, Transform]:
+        """Resize an ``(H, W, 3) uint8`` image to ``input_size``; returns the image and its transform.
+
+        Raises:
+            ConfigError: ``resize_policy: none`` and the image is not ``input_size`` (names ``source``).
+        """
         import cv2
 
         h, w = image.shape[:2]
         th, tw = self.input_size
         if self.resize_policy == "none" or (h, w) == (th, tw):
             if (h, w) != (th, tw) and self.resize_policy == "none":
-                raise ConfigError(f"image is {h}x{w} but the note fixes {th}x{tw} with resize_policy 'none'; resize upstream or change the policy")
+                raise ConfigError(f"{source or 'image'}: is {h}x{w} (height x width) but the note fixes {th}x{tw} with resize_policy 'none'; "
+                                  "resize the images upstream or set preprocessing.resize_policy: letterbox or stretch")
             return image, Transform(1.0, 1.0)
         if self.resize_policy == "stretch":
             out = cv2.resize(image, (tw, th), interpolation=cv2.INTER_LINEAR)
@@ -98,20 +142,48 @@ class Preprocessing(Config):
         out[:nh, :nw] = resized
         return out, Transform(nh / h, nw / w, (th - nh, tw - nw))
 
-    def apply(self, image: np.ndarray) -> tuple[np.ndarray, Transform]:
-        """Turn one ``(H, W, 3) uint8`` RGB image into a model input.
+    def apply(self, image: np.ndarray, *, source: str | None = None) -> tuple[np.ndarray, Transform]:
+        """Turn one ``(H, W, 3) uint8`` RGB image (or ``(H, W)`` grey) into a model input.
+
+        Args:
+            image: the decoded image (:func:`quantkit.imageio.load_image`).
+            source: the image's file name, for error messages.
 
         Returns:
-            ``(1, 3, H, W)`` (NCHW) or ``(1, H, W, 3)`` (NHWC) ``float32`` array, and the :class:`Transform`.
+            ``float32`` array of :meth:`input_shape` (``(1, C, H, W)`` for NCHW, ``(1, H, W, C)`` for NHWC,
+            no leading 1 when ``batch_axis`` is false), and the :class:`Transform`.
+
+        Raises:
+            ConfigError: the image does not fit ``resize_policy: none`` (names ``source``).
         """
-        img, tf = self.resize(image)
-        if self.color_order == "BGR":
-            img = img[..., ::-1]
+        import cv2
+
+        if image.ndim == 2:
+            image = np.repeat(image[..., None], 3, axis=2)
+        img, tf = self.resize(image, source=source)
+        if self.channels == 1:
+            img = cv2.cvtColor(np.ascontiguousarray(img), cv2.COLOR_RGB2GRAY)[..., None]
+        else:
+            if self.color_order == "BGR":
+                img = img[..., ::-1]
+            if self.channels == 4:
+                img = np.concatenate([img, np.full(img.shape[:2] + (1,), 255, np.uint8)], axis=2)
         x: np.ndarray = img.astype(np.float32) * np.float32(self.scale)
-        x = (x - np.asarray(self.mean, np.float32)) / np.asarray(self.std, np.float32)
+        x = (x - self._per_channel(self.mean)) / self._per_channel(self.std)
         if self.layout == "NCHW":
             x = x.transpose(2, 0, 1)
-        return np.ascontiguousarray(x[None], dtype=np.float32), tf
+        return np.ascontiguousarray(x[None] if self.batch_axis else x, dtype=np.float32), tf
+
+    def load(self, path: str | Path) -> tuple[np.ndarray, Transform]:
+        """Decode ``path`` (:func:`quantkit.imageio.load_image`) and :meth:`apply` this contract; every error names the file.
+
+        Raises:
+            InputFileError: the image cannot be decoded.
+            ConfigError: the image does not fit ``resize_policy: none``.
+        """
+        from .imageio import load_image
+
+        return self.apply(load_image(path), source=str(path))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,8 +232,9 @@ class Provenance(Config):
     """Where a model came from and what produced it. Digests are hex SHA-256.
 
     ``sample_input_digest`` is the SHA-256 of the sample input array's raw bytes (C order).
-    ``export`` is set only by ``quantkit export``; it is left out of :meth:`to_dict` when unset, so notes
-    written without it keep their bytes and notes written before it existed still load.
+    ``named_nodes``: how many nodes had no name and were named by intake (rule and names in ``intake.json``:
+    ``named_nodes``). ``export`` is set only by ``quantkit export``; it is left out of :meth:`to_dict` when unset,
+    so notes written without it keep their bytes and notes written before it existed still load.
     """
 
     source: str = ""
@@ -172,6 +245,7 @@ class Provenance(Config):
     opset: int = 0
     sample_input_digest: str = ""
     runtime_versions: dict[str, str] = dataclasses.field(default_factory=dict)
+    named_nodes: int = 0
     export: FrameworkExport | None = None
 
     def to_dict(self) -> dict[str, Any]:

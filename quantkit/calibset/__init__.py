@@ -3,19 +3,9 @@
 See ``docs/ARCHITECTURE.md`` for the folder layout and the manifest schema.
 """
 
-from .manifest import (
-    CalibrationSet,
-    ImageEntry,
-    RegisterResult,
-    SetDiff,
-    SetListing,
-    compose_set,
-    compute_set_id,
-    diff_sets,
-    list_sets,
-    register_set,
-    scan_sets,
-)
+from .catalog import SetDiff, SetListing, diff_sets, list_sets, scan_sets
+from .manifest import CalibrationSet, ImageEntry, RegisterResult, compute_set_id, register_set
+from .compose import compose_set
 from .stats import (
     STAT_COLUMNS,
     compute_stats,

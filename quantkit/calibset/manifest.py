@@ -13,8 +13,10 @@ Bad files at registration (every file under ``images/`` whose suffix is an image
 * corrupt or truncated image, zero-byte file, text file with an image suffix: ``on_error="fail"``
   raises :class:`CalibrationSetError` naming the file and writes nothing; ``on_error="skip"`` logs a
   warning naming it and leaves it out of the manifest (it is listed in ``RegisterResult.skipped``);
-* files without an image suffix (``notes.txt``): never part of the set, logged at INFO;
-* 16-bit PNG, grayscale, palette, RGBA: decoded by :func:`quantkit.imageio.load_image`;
+* files without an image suffix (``notes.txt``): never part of the set; one WARNING names them (hidden
+  files and folders, e.g. ``.DS_Store``, are passed over silently);
+* 16-bit PNG, grayscale, palette, RGBA: decoded by :func:`quantkit.imageio.load_image`; images with
+  partial transparency are named in one WARNING (alpha is ignored, see :mod:`quantkit.imageio`);
 * EXIF-rotated photos: ``width``/``height`` are those after applying the EXIF orientation.
 """
 
@@ -24,12 +26,13 @@ import dataclasses
 import datetime as _dt
 import logging
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Iterator, Literal, Mapping, Sequence
 
 from .._io import atomic_write_json, canonical_json, fingerprint, read_json, sha256_file
 from ..errors import CalibrationSetError, ConfigError, InputFileError
-from ..imageio import IMAGE_SUFFIXES, load_image
+from ..imageio import IMAGE_SUFFIXES, decode_image
 from ..progress import progress
 from .stats import image_statistics, stats_frame, write_stats_csv
 
@@ -234,8 +237,10 @@ def _exif_time(path: Path) -> str | None:
     from PIL import Image
 
     try:
-        with Image.open(path) as im:
-            exif = im.getexif()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # damaged metadata was already judged by decode_image
+            with Image.open(path) as im:
+                exif = im.getexif()
             raw = exif.get_ifd(0x8769).get(0x9003) or exif.get(0x0132)
         if raw:
             return _dt.datetime.strptime(str(raw).strip("\x00 "), "%Y:%m:%d %H:%M:%S").isoformat()
@@ -246,14 +251,64 @@ def _exif_time(path: Path) -> str | None:
 
 def iter_image_files(folder: Path) -> Iterator[Path]:
     """Files under ``folder/images`` (recursive, sorted by relative POSIX path) with an image suffix."""
+    yield from scan_image_folder(folder)[0]
+
+
+def scan_image_folder(folder: Path) -> tuple[list[Path], list[Path]]:
+    """``(images, others)`` under ``folder/images`` (recursive, sorted by relative POSIX path): files with an
+    image suffix, and every other non-hidden file (never part of the set)."""
     img_dir = folder / IMAGES
+    images: list[Path] = []
+    others: list[Path] = []
     for p in sorted(img_dir.rglob("*"), key=lambda q: q.relative_to(folder).as_posix()):
-        if not p.is_file() or p.name.startswith("."):
+        if not p.is_file() or any(part.startswith(".") for part in p.relative_to(img_dir).parts):
             continue
-        if p.suffix.lower() in IMAGE_SUFFIXES:
-            yield p
-        else:
-            log.info("%s: not an image suffix, not part of the set", p)
+        (images if p.suffix.lower() in IMAGE_SUFFIXES else others).append(p)
+    return images, others
+
+
+def _some(paths: Sequence[str], n: int = 3) -> str:
+    return ", ".join(paths[:n]) + (f" and {len(paths) - n} more" if len(paths) > n else "")
+
+
+def _measure(root: Path, files: list[Path], name: str, captured_at: Mapping[str, str],
+             labels: Mapping[str, Any], on_error: str) -> tuple[list[ImageEntry], list[dict[str, Any]], list[str]]:
+    """Hash, decode and measure each image (one in memory at a time): manifest entries, stats rows, skipped files.
+
+    Raises:
+        CalibrationSetError: an unreadable image with ``on_error="fail"``, or every image unreadable.
+    """
+    entries: list[ImageEntry] = []
+    rows: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    transparent: list[str] = []
+    for p in progress(files, total=len(files), desc=f"register {name}"):
+        rel = p.relative_to(root).as_posix()
+        try:
+            decoded = decode_image(p)
+            fmt = _image_format(p)
+        except InputFileError as e:
+            if on_error == "fail":
+                raise CalibrationSetError(f"{e}; or register with on_error=skip (--on-error skip)") from None
+            log.warning("skipping %s", e)
+            skipped.append(rel)
+            continue
+        h, w = decoded.array.shape[:2]
+        entries.append(ImageEntry(
+            file=rel, sha256=sha256_file(p), bytes=p.stat().st_size, width=int(w), height=int(h), format=fmt,
+            captured_at=captured_at.get(rel) or _exif_time(p), labels=_labels(labels.get(rel)),
+        ))
+        rows.append({"file": rel, **image_statistics(decoded.array)})
+        if decoded.partial_alpha:
+            transparent.append(rel)
+        del decoded
+    if not entries:
+        raise CalibrationSetError(f"{root / IMAGES}: every image was skipped as unreadable; fix or replace them")
+    if transparent:
+        log.warning("%s: %d image(s) have partial transparency (%s); quantkit ignores alpha and uses the stored colours, as "
+                    "cv2.imread does; if your deployment composites them on a background, flatten them that way before registering",
+                    root, len(transparent), _some(transparent))
+    return entries, rows, skipped
 
 
 def register_set(
@@ -294,34 +349,14 @@ def register_set(
         raise ConfigError("name: must be a non-empty string (e.g. --name cam1-day)")
     if not (root / IMAGES).is_dir():
         raise CalibrationSetError(f"{root}: no {IMAGES}/ folder; put the images in {root / IMAGES} and register again")
-    files = list(iter_image_files(root))
+    files, others = scan_image_folder(root)
     if not files:
         raise CalibrationSetError(f"{root / IMAGES}: no image files ({', '.join(sorted(IMAGE_SUFFIXES))}); add images and register again")
-    captured_at = captured_at or {}
-    labels = labels or {}
-    entries: list[ImageEntry] = []
-    rows: list[dict[str, Any]] = []
-    skipped: list[str] = []
-    for p in progress(files, total=len(files), desc=f"register {name}"):
-        rel = p.relative_to(root).as_posix()
-        try:
-            image = load_image(p)
-            fmt = _image_format(p)
-        except InputFileError as e:
-            if on_error == "fail":
-                raise CalibrationSetError(f"{e}; or register with on_error=skip (--on-error skip)") from None
-            log.warning("skipping %s", e)
-            skipped.append(rel)
-            continue
-        h, w = image.shape[:2]
-        entries.append(ImageEntry(
-            file=rel, sha256=sha256_file(p), bytes=p.stat().st_size, width=int(w), height=int(h), format=fmt,
-            captured_at=captured_at.get(rel) or _exif_time(p), labels=_labels(labels.get(rel)),
-        ))
-        rows.append({"file": rel, **image_statistics(image)})
-        del image
-    if not entries:
-        raise CalibrationSetError(f"{root / IMAGES}: every image was skipped as unreadable; fix or replace them")
+    if others:
+        rels = [p.relative_to(root).as_posix() for p in others]
+        log.warning("%s: %d file(s) without an image suffix (%s) are not part of the set: %s; move them out of %s/ to silence this",
+                    root, len(rels), ", ".join(sorted(IMAGE_SUFFIXES)), _some(rels), IMAGES)
+    entries, rows, skipped = _measure(root, files, name, captured_at or {}, labels or {}, on_error)
     manifest = _manifest_dict(name, kind, camera, lighting, site, entries, generator)
     mpath = root / MANIFEST
     written = True
@@ -358,172 +393,7 @@ def _old_id(mpath: Path) -> str:
 def _image_format(path: Path) -> str:
     from PIL import Image
 
-    with Image.open(path) as im:
-        return str(im.format or path.suffix.lstrip(".").upper())
-
-
-@dataclasses.dataclass(frozen=True)
-class SetDiff:
-    """Images added to, removed from and changed between two sets, by file name (sorted)."""
-
-    a: str
-    b: str
-    added: tuple[str, ...]
-    removed: tuple[str, ...]
-    changed: tuple[str, ...]
-    unchanged: int
-
-    @property
-    def identical(self) -> bool:
-        return not (self.added or self.removed or self.changed)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"a": self.a, "b": self.b, "added": list(self.added), "removed": list(self.removed),
-                "changed": list(self.changed), "unchanged": self.unchanged, "identical": self.identical}
-
-    def __repr__(self) -> str:
-        return f"SetDiff(+{len(self.added)} -{len(self.removed)} ~{len(self.changed)} ={self.unchanged})"
-
-
-def diff_sets(a: CalibrationSet, b: CalibrationSet) -> SetDiff:
-    """Compare two sets by image file name: in ``b`` only (added), ``a`` only (removed), different sha256 (changed)."""
-    ha = {e.file: e.sha256 for e in a.entries}
-    hb = {e.file: e.sha256 for e in b.entries}
-    return SetDiff(
-        a=str(a.root), b=str(b.root),
-        added=tuple(sorted(set(hb) - set(ha))),
-        removed=tuple(sorted(set(ha) - set(hb))),
-        changed=tuple(sorted(f for f in set(ha) & set(hb) if ha[f] != hb[f])),
-        unchanged=sum(1 for f in set(ha) & set(hb) if ha[f] == hb[f]),
-    )
-
-
-@dataclasses.dataclass(frozen=True)
-class SetListing:
-    """What :func:`scan_sets` found: the loadable sets (sorted by path) and the manifests it skipped,
-    as ``(manifest path, one-line reason)`` pairs (sorted by path)."""
-
-    sets: tuple[CalibrationSet, ...]
-    skipped: tuple[tuple[str, str], ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"sets": [c.to_dict() for c in self.sets], "skipped": [{"manifest": m, "reason": r} for m, r in self.skipped]}
-
-    def __repr__(self) -> str:
-        return f"SetListing({len(self.sets)} sets, skipped={len(self.skipped)})"
-
-
-def scan_sets(root: str | os.PathLike[str]) -> SetListing:
-    """Every registered set (a folder with ``manifest.json``) under ``root``, sorted by path; a manifest
-    that does not load (malformed, edited, unreadable) is logged as a WARNING and listed in ``skipped``,
-    so one bad folder somewhere below ``root`` does not hide the others.
-
-    Hidden folders (``.dvc``, temporary ``.name.tmp`` folders) and ``images/`` folders are not searched;
-    folders that cannot be read are passed over silently (as ``os.walk`` does).
-
-    Raises:
-        InputFileError: ``root`` is not a folder.
-    """
-    base = Path(root)
-    if not base.is_dir():
-        raise InputFileError(f"{base}: not a folder; pass the folder that holds your sets")
-    found: list[CalibrationSet] = []
-    skipped: list[tuple[str, str]] = []
-    for dirpath, dirnames, filenames in os.walk(base):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != IMAGES)
-        if MANIFEST in filenames:
-            try:
-                found.append(CalibrationSet.load(dirpath))
-            except (CalibrationSetError, OSError) as e:
-                log.warning("skipping %s: %s", Path(dirpath) / MANIFEST, e)
-                skipped.append((str(Path(dirpath) / MANIFEST), str(e)))
-    return SetListing(tuple(sorted(found, key=lambda c: str(c.root))), tuple(sorted(skipped)))
-
-
-def list_sets(root: str | os.PathLike[str]) -> list[CalibrationSet]:
-    """The loadable sets under ``root``, sorted by path (:func:`scan_sets` without the skipped list;
-    malformed manifests are skipped with a logged warning).
-
-    Raises:
-        InputFileError: ``root`` is not a folder.
-    """
-    return list(scan_sets(root).sets)
-
-
-def compose_set(
-    sources: Sequence[tuple[str | os.PathLike[str] | CalibrationSet, int | None]],
-    dest: str | os.PathLike[str],
-    *,
-    name: str,
-    kind: str = "calibration",
-    site: str | None = None,
-) -> CalibrationSet:
-    """Compose a new set from registered sets: ``n`` images of each source (all when ``n`` is None), spread
-    evenly over its manifest order (indices ``round(linspace(0, count - 1, n))``, so a time-ordered set is
-    covered from start to end), copied to ``dest/images/<source name>_<file name>`` with their capture times
-    and labels, and registered. Camera and lighting become the sources' values joined with ``+`` (sorted);
-    the manifest's ``generator`` records every source's path, set id, name and image count.
-
-    Every source is verified (re-hashed) first; the set is built in a sibling folder and renamed into place,
-    so ``dest`` either appears complete or not at all.
-
-    Returns:
-        the new :class:`CalibrationSet`.
-
-    Raises:
-        ConfigError: no sources, ``n < 1``, ``n`` above a source's count, two sources with one name, or ``dest``
-            exists (a set is never rewritten: compose into a new folder).
-        CalibrationSetError: a source is not a registered set or its images changed since registration.
-    """
-    import re
-    import shutil
-
-    import numpy as np
-
-    from .._io import atomic_output_dir
-
-    dest = Path(dest)
-    if not sources:
-        raise ConfigError("compose: give at least one source set (--from SET[:N])")
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]*", name or ""):
-        raise ConfigError(f"compose name {name!r}: use letters, digits and . _ + - only (it names files), e.g. cam1-day+night")
-    if dest.exists():
-        raise ConfigError(f"{dest}: already exists; a set is never rewritten, compose into a new folder")
-    inside = next((p for p in dest.absolute().parents if (p / MANIFEST).is_file()), None)
-    if inside is not None:
-        raise ConfigError(f"{dest}: inside the registered set {inside}; compose into a folder outside any set")
-    loaded: list[tuple[CalibrationSet, int]] = []
-    for src, n in sources:
-        cs = src if isinstance(src, CalibrationSet) else CalibrationSet.load(src)
-        cs.verify()
-        take = cs.count if n is None else int(n)
-        if take < 1 or take > cs.count:
-            raise ConfigError(f"{cs.root}: asked for {take} images, the set has {cs.count}; use 1..{cs.count}")
-        loaded.append((cs, take))
-    names = [cs.name for cs, _ in loaded]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"compose: source set names must differ (they prefix the copied files); got {', '.join(names)}")
-    with atomic_output_dir(dest, marker=False) as tmp:
-        (tmp / IMAGES).mkdir()
-        labels: dict[str, Any] = {}
-        captured: dict[str, str] = {}
-        composition = []
-        for cs, take in loaded:
-            idx = sorted({int(i) for i in np.rint(np.linspace(0, cs.count - 1, take))})
-            prefix = re.sub(r"[^A-Za-z0-9._+-]", "_", cs.name)
-            for e in (cs.entries[i] for i in idx):
-                rel = f"{IMAGES}/{prefix}_{Path(e.file).name}"
-                shutil.copyfile(cs.root / e.file, tmp / rel)
-                if e.labels is not None:
-                    labels[rel] = dict(e.labels)
-                if e.captured_at:
-                    captured[rel] = e.captured_at
-            composition.append({"path": str(cs.root), "set_id": cs.set_id, "name": cs.name, "camera": cs.camera,
-                                "lighting": cs.lighting, "site": cs.site, "images": len(idx), "of": cs.count})
-        sites = sorted({cs.site for cs, _ in loaded})
-        res = register_set(tmp, name=name, kind=kind, camera="+".join(sorted({cs.camera for cs, _ in loaded})),
-                           lighting="+".join(sorted({cs.lighting for cs, _ in loaded})), site=site or "+".join(sites),
-                           captured_at=captured, labels=labels or None,
-                           generator={"tool": "quantkit calibset compose", "composition": composition})
-    log.info("composed %s from %s: %d images, set_id %s", dest, ", ".join(names), res.set.count, res.set.set_id[:12])
-    return CalibrationSet.load(dest)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # damaged metadata was already judged by decode_image
+        with Image.open(path) as im:
+            return str(im.format or path.suffix.lstrip(".").upper())

@@ -23,4 +23,5 @@ COMMAND_MODULES = (
     "bundle",
     "verify",
     "doctor",
+    "params",
 )

@@ -11,7 +11,7 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "intake",
         help="fix the input shape, upgrade the opset, verify numerically and write the export note",
-        description="Take a model in: fix its input to batch x 3 x input_size, convert to opset >= min_opset (recording "
+        description="Take a model in: fix its input to the note's shape (batch x channels x input_size, NCHW or NHWC, or rank 3), convert to opset >= min_opset (recording "
         "per-node semantic changes), compare original vs converted outputs with ONNX Runtime, check the declared "
         "preprocessing on a probe image, and write OUT/model.onnx, OUT/export_note.json and OUT/intake.json atomically. "
         "Options come from the 'intake' section of --params.",
@@ -48,8 +48,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {note.risk:<9} {note.op_type} {note.node}: {note.what}" + (f" [{note.detail}]" if note.detail else ""))
     print(f"numeric     {'ok' if n.passed else 'CHANGED'}: max |diff| {n.max_abs_diff:.3g} over {n.samples} samples (atol {n.atol:g})")
     if r.note_check is not None:
-        print("note check  " + ", ".join(f"{k}: {v}" for k, v in r.note_check.verdicts().items()))
+        print("note check  " + r.note_check.summary())
     print(f"framework   {r.note.provenance.framework} ({r.framework_evidence})")
+    if r.named_nodes:
+        print(f"node names  {len(r.named_nodes)} unnamed nodes named {r.named_nodes[0]} ... (intake.json: named_nodes)")
     print(f"validation  {'ok' if r.validation.ok else 'FAILED'}")
     return 0
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
+import signal
 import sys
-from typing import Sequence
+from typing import Any, Iterator, Sequence
 
 from .. import __version__
 from ..errors import QuantkitError
@@ -33,6 +35,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """Raised in the main thread when the process receives SIGTERM (``kill``, ``timeout``, a CI runner
+    cancelling a job), so it unwinds exactly like Ctrl-C: every ``atomic_output_dir`` removes its
+    temporary folder and the command exits 143 with one line."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    try:
+        previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    except ValueError:  # not the main thread (main() called from a worker thread): leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -40,6 +65,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
         format="%(levelname)s %(name)s: %(message)s",
     )
+    logging.getLogger("quantkit.progress").setLevel(logging.INFO if args.verbose < 2 else logging.DEBUG)  # progress lines off a TTY
+    with _sigterm_as_interrupt():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args) or 0)
     except QuantkitError as e:
@@ -52,6 +83,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = e.filename if e.filename is not None else "a path"
         print(f"quantkit {args.command}: error: {where}: {e.strerror or e}; check the path and its permissions", file=sys.stderr)
         return 2
+    except Terminated:
+        print(f"quantkit {args.command}: terminated (SIGTERM); no output was written", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print(f"quantkit {args.command}: interrupted; no output was written", file=sys.stderr)
         return 130

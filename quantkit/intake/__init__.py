@@ -5,7 +5,9 @@ See ``docs/ARCHITECTURE.md`` (``quantkit.intake``) for the artifact contract of 
 
 from ..modelio import load_model
 from .inspect import InspectReport, OpCount, TensorInfo, inspect_model
-from .notecheck import NoteCheckReport, Probe, check_note, text_probe
+from .graph import NODE_NAME_RULE, fix_input_shape, name_unnamed_nodes
+from .notecheck import NoteCheckReport, check_note
+from .probes import PROBES, Probe, ProbeContext, ProbeFactory, register_probe, select_probe, text_map_probe, text_probe
 from .opset import (
     ConversionLog,
     NumericCheck,
@@ -17,7 +19,8 @@ from .prepare import IntakeConfig, IntakeResult, intake
 from .validate import ValidationReport, validate_model
 
 __all__ = [
-    "ConversionLog", "InspectReport", "IntakeConfig", "IntakeResult", "NoteCheckReport", "NumericCheck", "OpCount", "Probe",
-    "TensorInfo", "ValidationReport", "check_note", "convert_opset", "inspect_model", "intake", "load_model",
-    "semantics_notes", "text_probe", "validate_model", "verify_conversion",
+    "NODE_NAME_RULE", "PROBES", "ConversionLog", "InspectReport", "IntakeConfig", "IntakeResult", "NoteCheckReport", "NumericCheck",
+    "OpCount", "Probe", "ProbeContext", "ProbeFactory", "TensorInfo", "ValidationReport", "check_note", "convert_opset",
+    "fix_input_shape", "inspect_model", "intake", "load_model", "name_unnamed_nodes", "register_probe", "select_probe",
+    "semantics_notes", "text_map_probe", "text_probe", "validate_model", "verify_conversion",
 ]

@@ -59,8 +59,47 @@ def _softmax_axis(node: Any, ctx: dict[str, Any]) -> str | None:
 
 
 def _resize_mode(node: Any, ctx: dict[str, Any]) -> str | None:
+    written = ctx.get("written", {}).get(node.output[0] if node.output else "")
+    if written:
+        return written
+    if node.op_type == "Upsample" or ctx.get("opset_before", 11) < 11:  # Upsample and Resize-10: asymmetric, nearest = floor
+        return f"mode={_attr(node, 'mode', 'nearest')}, asymmetric coordinates (x_in = x_out / scale)" + (", nearest = floor" if _attr(node, "mode", "nearest") == "nearest" else "")
     return (f"mode={_attr(node, 'mode', 'nearest')}, coordinate_transformation_mode={_attr(node, 'coordinate_transformation_mode', 'half_pixel')}, "
             f"nearest_mode={_attr(node, 'nearest_mode', 'round_prefer_floor')}")
+
+
+def keep_resize_semantics(source: Any, converted: Any, opset_before: int, opset_after: int) -> dict[str, str]:
+    """Make Resize nodes converted from opset < 11 ``Upsample`` / ``Resize`` compute what they computed.
+
+    Before opset 11, Upsample and Resize map output pixel ``x`` to input ``x / scale`` (asymmetric) and
+    nearest takes the floor (ONNX ``docs/Changelog.md``: Upsample-9, Resize-10; ONNX Runtime's
+    ``UpsampleBase`` for opset < 11). From opset 11 a Resize without ``coordinate_transformation_mode``
+    is ``half_pixel``, and ``onnx.version_converter`` writes none, so a converted bilinear Upsample shifts
+    by half a pixel. This sets ``coordinate_transformation_mode=asymmetric`` (and ``nearest_mode=floor``
+    for nearest) on each such node of ``converted`` (in place), matching nodes by their first output.
+
+    Returns:
+        ``{output name: what was written}`` for every node set, for the conversion notes.
+    """
+    import onnx
+
+    if opset_before >= 11 or opset_after < 11:
+        return {}
+    old = {n.output[0]: n for n in source.graph.node if n.op_type in ("Upsample", "Resize") and n.domain in ("", "ai.onnx") and n.output}
+    written: dict[str, str] = {}
+    for node in converted.graph.node:
+        if node.op_type != "Resize" or not node.output or node.output[0] not in old:
+            continue
+        attrs = {a.name for a in node.attribute}
+        mode = _attr(node, "mode", "nearest")
+        if "coordinate_transformation_mode" not in attrs:
+            node.attribute.append(onnx.helper.make_attribute("coordinate_transformation_mode", "asymmetric"))
+        if mode == "nearest" and "nearest_mode" not in attrs:
+            node.attribute.append(onnx.helper.make_attribute("nearest_mode", "floor"))
+        written[node.output[0]] = (f"written as Resize(mode={mode}, coordinate_transformation_mode={_attr(node, 'coordinate_transformation_mode')}"
+                                   + (f", nearest_mode={_attr(node, 'nearest_mode')}" if mode == "nearest" else "")
+                                   + f"): keeps opset-{opset_before} {old[node.output[0]].op_type} semantics (asymmetric coordinates)")
+    return written
 
 
 def _resize_tf_half_pixel(node: Any, ctx: dict[str, Any]) -> str | None:
@@ -72,8 +111,8 @@ SEMANTIC_CHANGES: tuple[SemanticChange, ...] = (
     SemanticChange("Softmax", 13, "axis semantics: 2-D coercion before 13, single axis from 13", "meaning", _softmax_axis),
     SemanticChange("LogSoftmax", 13, "axis semantics: 2-D coercion before 13, single axis from 13", "meaning", _softmax_axis),
     SemanticChange("Hardmax", 13, "axis semantics: 2-D coercion before 13, single axis from 13", "meaning", _softmax_axis),
-    SemanticChange("Upsample", 10, "Upsample is deprecated; converted to Resize (asymmetric coordinates)", "meaning", _resize_mode),
-    SemanticChange("Resize", 11, "coordinate_transformation_mode, nearest_mode and cubic_coeff_a introduced (opset 10 behaves as asymmetric/floor-like); roi input added", "meaning", _resize_mode),
+    SemanticChange("Upsample", 10, "Upsample is deprecated; converted to Resize", "meaning", _resize_mode),
+    SemanticChange("Resize", 11, "coordinate_transformation_mode, nearest_mode and cubic_coeff_a introduced (opset 10 behaves as asymmetric/floor); roi input added", "meaning", _resize_mode),
     SemanticChange("Resize", 13, "roi/scales may be empty; tf_half_pixel_for_nn removed", "signature", _resize_tf_half_pixel),
     SemanticChange("Resize", 18, "antialias, axes, keep_aspect_ratio_policy added", "signature", None),
     SemanticChange("Resize", 19, "half_pixel_symmetric coordinate mode added", "signature", None),
@@ -159,13 +198,15 @@ def _ranks(model: Any) -> dict[str, int]:
     return out
 
 
-def semantics_notes(model: Any, opset_before: int, opset_after: int) -> tuple[NodeNote, ...]:
+def semantics_notes(model: Any, opset_before: int, opset_after: int, written: dict[str, str] | None = None) -> tuple[NodeNote, ...]:
     """Notes for each ai.onnx node whose operator changes between the two opsets (either direction).
 
-    A boundary ``v`` is crossed when ``min(before, after) < v <= max(before, after)``.
+    A boundary ``v`` is crossed when ``min(before, after) < v <= max(before, after)``. ``written`` maps a
+    node's first output to what the conversion wrote for it (:func:`keep_resize_semantics`); such notes
+    say what was written.
     """
     lo, hi = sorted((opset_before, opset_after))
-    ctx = {"ranks": _ranks(model)}
+    ctx = {"ranks": _ranks(model), "written": written or {}, "opset_before": opset_before}
     notes = []
     for i, node in enumerate(model.graph.node):
         if node.domain not in ("", "ai.onnx"):
@@ -185,8 +226,10 @@ def convert_opset(model: Any, target: int, *, method: str = "onnx", name: str = 
     Args:
         model: ``onnx.ModelProto`` (not modified).
         target: the ai.onnx opset wanted.
-        method: ``"onnx"`` uses ``onnx.version_converter.convert_version``; ``"relabel"`` only rewrites
-            the opset import (what a hand edit does; use only with :func:`verify_conversion`).
+        method: ``"onnx"`` uses ``onnx.version_converter.convert_version`` and then
+            :func:`keep_resize_semantics` (the converter leaves converted Upsample/Resize-10 nodes at the
+            opset-11 default ``half_pixel``); ``"relabel"`` only rewrites the opset import (what a hand
+            edit does; use only with :func:`verify_conversion`).
 
     Raises:
         ModelError: the converter has no adapter for an operator at these versions.
@@ -194,7 +237,7 @@ def convert_opset(model: Any, target: int, *, method: str = "onnx", name: str = 
     import onnx
 
     before = opset_of(model)
-    notes = semantics_notes(model, before, target)
+    written: dict[str, str] = {}
     if before == target:
         out = onnx.ModelProto()
         out.CopyFrom(model)
@@ -205,6 +248,7 @@ def convert_opset(model: Any, target: int, *, method: str = "onnx", name: str = 
         except Exception as e:  # noqa: BLE001 - the C++ converter raises RuntimeError/ConvertError
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise ModelError(f"{name}: onnx.version_converter cannot convert opset {before} -> {target} ({first}); re-export at opset {target} from the framework") from None
+        written = keep_resize_semantics(model, out, before, target)
     elif method == "relabel":
         out = onnx.ModelProto()
         out.CopyFrom(model)
@@ -213,6 +257,7 @@ def convert_opset(model: Any, target: int, *, method: str = "onnx", name: str = 
                 o.version = target
     else:
         raise ValueError(f"method must be 'onnx' or 'relabel', got {method!r}")
+    notes = semantics_notes(model, before, target, written)
     ops_b = {n.op_type for n in model.graph.node}
     ops_a = {n.op_type for n in out.graph.node}
     logged = ConversionLog(before, target, method, notes, len(model.graph.node), len(out.graph.node), tuple(sorted(ops_a - ops_b)), tuple(sorted(ops_b - ops_a)))

@@ -23,20 +23,16 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .._io import (
-    atomic_output_dir,
-    atomic_write_bytes,
-    atomic_write_json,
-    sha256_bytes,
-    sha256_file,
-)
+from .._io import atomic_output_dir, atomic_write_bytes, atomic_write_json, sha256_bytes, sha256_file
 from ..config import Config
 from ..errors import ConfigError, ModelError
 from ..modelio import load_model, opset_of
 from ..note import ExportNote, Preprocessing, Provenance
 from ..versions import tool_versions
 from .inspect import InspectReport, inspect_model
-from .notecheck import NoteCheckReport, check_note, text_probe
+from .graph import NODE_NAME_RULE, check_runtime_loads, detect_framework, fix_input_shape, infer_shapes, name_unnamed_nodes, ort_pre_process
+from .notecheck import NoteCheckReport, check_note
+from .probes import Probe, ProbeContext, select_probe, text_probe
 from .opset import ConversionLog, NumericCheck, convert_opset, verify_conversion
 from .validate import ValidationReport, validate_model
 
@@ -60,7 +56,11 @@ class IntakeConfig(Config):
         random_samples: random images checked besides the text probe (uniform uint8, ``seed``).
         seed: seed of the random samples and the probe.
         note_check: ``error`` fails intake on a flagged note, ``warn`` only records, ``off`` skips.
-        note_check_margin: AUC margin (see :mod:`quantkit.intake.notecheck`).
+        note_check_margin: score margin (AUC for the text probe) by which an alternative must win to flag
+            a setting (see :mod:`quantkit.intake.notecheck`).
+        note_probe: the probe the note check runs (:mod:`quantkit.intake.probes`): ``auto`` (the first
+            registered probe that applies to the model) or a registered name (``db_text``); where none
+            applies, colour order and value range are reported untested with the reason.
         ort_pre_process: also run ``onnxruntime.quantization.shape_inference.quant_pre_process``
             (graph optimizations + ONNX shape inference; symbolic inference skipped since shapes are static).
             On by default, as ORT's quantization guide recommends: it folds BatchNormalization into the
@@ -82,6 +82,7 @@ class IntakeConfig(Config):
     seed: int = 0
     note_check: Literal["error", "warn", "off"] = "error"
     note_check_margin: float = 0.05
+    note_probe: str = "auto"
     ort_pre_process: bool = True
     framework: str = ""
     export_command: str = ""
@@ -104,7 +105,9 @@ class IntakeConfig(Config):
         if tuple(self.preprocessing.input_size) != tuple(self.input_size):
             raise ConfigError(f"intake.preprocessing.input_size {list(self.preprocessing.input_size)} differs from intake.input_size {list(self.input_size)}; set only intake.input_size")
         if self.batch_size < 1:
-            raise ConfigError(f"intake.batch_size: {self.batch_size} must be >= 1")
+            raise ConfigError(f"intake.batch_size: {self.batch_size} must be >= 1 (a dynamic batch dim is fixed to it)")
+        if not self.preprocessing.batch_axis and self.batch_size != 1:
+            raise ConfigError(f"intake.batch_size: {self.batch_size} needs a batch axis; with preprocessing.batch_axis: false (rank-3 input) set batch_size: 1")
         if not 7 <= self.min_opset <= 23:
             raise ConfigError(f"intake.min_opset: {self.min_opset} must be in 7..23")
         if self.target_opset is not None and not 7 <= self.target_opset <= 23:
@@ -131,6 +134,7 @@ class IntakeResult:
     note: ExportNote
     framework_evidence: str
     shape_inference: tuple[str, ...]
+    named_nodes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -147,6 +151,7 @@ class IntakeResult:
             "export_note": self.note.to_dict(),
             "framework_evidence": self.framework_evidence,
             "shape_inference": list(self.shape_inference),
+            "named_nodes": {"rule": NODE_NAME_RULE, "names": list(self.named_nodes)},
         }
 
     def __repr__(self) -> str:
@@ -154,82 +159,40 @@ class IntakeResult:
                 f"input {self.fixed_input[0]}{list(self.fixed_input[1])}, numeric max diff {self.numeric.max_abs_diff:.3g})")
 
 
-_PRODUCERS = {"pytorch": "PyTorch", "paddle2onnx": "PaddlePaddle (paddle2onnx)", "tf2onnx": "TensorFlow (tf2onnx)",
-              "keras2onnx": "Keras (keras2onnx)", "skl2onnx": "scikit-learn (skl2onnx)", "onnx.helper": "onnx.helper (hand-built)"}
+def _samples(config: IntakeConfig) -> tuple[list[dict[str, np.ndarray]], str]:
+    """Numeric-check feeds (the text-on-photo image, then ``random_samples`` uniform images) through the
+    declared preprocessing, and the SHA-256 of the first input array."""
+    pre = config.preprocessing
+    h, w = config.input_size
+    rng = np.random.default_rng(config.seed)
+    images = [text_probe(config.input_size, seed=config.seed).image] + [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for _ in range(config.random_samples)]
+    xs = [pre.apply(img)[0] for img in images]
+    feeds = [{pre.input_name: np.repeat(x, config.batch_size, axis=0) if pre.batch_axis else x} for x in xs]
+    return feeds, sha256_bytes(np.ascontiguousarray(xs[0]).tobytes())
 
 
-def detect_framework(model: Any) -> tuple[str, str, str]:
-    """``(framework, version, evidence)`` from ``producer_name``/``producer_version``; when those are
-    empty, from exporter naming conventions (paddle2onnx names tensors and dims ``p2o.*``)."""
-    name, version = model.producer_name, model.producer_version
-    if name:
-        return _PRODUCERS.get(name.lower(), name), version, f"producer_name={name!r}, producer_version={version!r}"
-    dims = [d.dim_param for vi in model.graph.input for d in vi.type.tensor_type.shape.dim if d.dim_param]
-    names = [t for n in model.graph.node[:50] for t in n.output]
-    if any(s.startswith("p2o.") for s in dims + names):
-        return _PRODUCERS["paddle2onnx"], "", "producer fields empty; inferred from paddle2onnx's 'p2o.' tensor and dim names"
-    return "unknown", "", "producer fields empty and no exporter naming convention recognised; set intake.framework"
+def _output_shapes(model: Any) -> tuple[tuple[int | None, ...] | None, ...]:
+    out = []
+    for o in model.graph.output:
+        tt = o.type.tensor_type
+        out.append(tuple(int(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else None for d in tt.shape.dim) if tt.HasField("shape") else None)
+    return tuple(out)
 
 
-def fix_input_shape(model: Any, name: str, shape: tuple[int, ...], *, path: str = "model") -> Any:
-    """Copy of ``model`` with input ``name`` fixed to ``shape``; stale ``value_info`` and output shapes
-    are dropped so shape inference recomputes them.
-
-    Raises:
-        ModelError: no such input, rank differs, or a static dim conflicts with ``shape``.
-    """
-    import onnx
-
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    init = {t.name for t in m.graph.initializer}
-    inputs = [vi for vi in m.graph.input if vi.name not in init]
-    vi = next((v for v in inputs if v.name == name), None)
-    if vi is None:
-        raise ModelError(f"{path}: no input named {name!r} (inputs: {[v.name for v in inputs]}); set intake.preprocessing.input_name")
-    if len(inputs) != 1:
-        raise ModelError(f"{path}: has {len(inputs)} inputs {[v.name for v in inputs]}; intake handles single-image-input models only")
-    dims = vi.type.tensor_type.shape.dim
-    if len(dims) != len(shape):
-        raise ModelError(f"{path}: input {name!r} has rank {len(dims)}, the note asks for {list(shape)}; check intake.preprocessing.layout")
-    for i, (d, v) in enumerate(zip(dims, shape)):
-        if d.HasField("dim_value") and d.dim_value not in (0, v):
-            raise ModelError(f"{path}: input {name!r} dim {i} is fixed at {d.dim_value}, intake asks {v}; set intake.input_size/batch_size/layout to match or re-export with dynamic dims")
-        d.Clear()
-        d.dim_value = v
-    del m.graph.value_info[:]
-    for o in m.graph.output:
-        o.type.tensor_type.ClearField("shape")
-    return m
-
-
-def _infer(model: Any, path: str) -> Any:
-    import onnx
-
-    try:
-        return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
-    except Exception as e:  # noqa: BLE001
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ModelError(f"{path}: shape inference fails at the fixed input shape ({first}); check intake.input_size or re-export") from None
-
-
-def _ort_pre_process(model: Any, tmp: Path) -> Any:
-    import onnx
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
-    src, dst = tmp / "pre_in.onnx", tmp / "pre_out.onnx"
-    atomic_write_bytes(src, model.SerializeToString())
-    quant_pre_process(str(src), str(dst), skip_symbolic_shape=True)
-    out = onnx.load(str(dst))
-    src.unlink()
-    dst.unlink()
-    # ORT's optimizer adds opset imports for every domain it knows (ai.onnx.preview, com.microsoft, ...);
-    # keep only the ones a node uses, so a target runtime is not asked for domains the model never needs.
-    used = {n.domain or "" for n in out.graph.node} | {""}
-    keep = [o for o in out.opset_import if (o.domain or "") in used]
-    del out.opset_import[:]
-    out.opset_import.extend(keep)
-    return out
+def _note_check(prepared: Any, config: IntakeConfig, shape: tuple[int, ...]) -> NoteCheckReport | None:
+    """Run the note check with the probe ``config.note_probe`` selects; raise or warn on a finding."""
+    if config.note_check == "off":
+        return None
+    ctx = ProbeContext(tuple(config.input_size), shape, _output_shapes(prepared), config.seed)  # type: ignore[arg-type]
+    probe = select_probe(config.note_probe, ctx)
+    report = check_note(prepared, config.preprocessing, probe if isinstance(probe, Probe) else None, margin=config.note_check_margin,
+                        no_probe=probe if isinstance(probe, str) else "")
+    if not report.ok:
+        first = report.findings[0]
+        if config.note_check == "error":
+            raise ConfigError(f"intake.preprocessing: {first.message} (or set intake.note_check: warn)")
+        log.warning("export note check: %s", first.message)
+    return report
 
 
 def output_shapes(model: Any) -> dict[str, list[Any]]:
@@ -248,8 +211,9 @@ def intake(model_path: str | Path, config: IntakeConfig, out: str | Path, task: 
     the task's declared layout.
 
     Raises:
-        ModelError: unreadable/corrupt model, wrong input, failed conversion or shape inference, or the
-            numeric check beyond ``config.atol`` (unless ``accept_numeric_change``).
+        ModelError: unreadable/corrupt model, wrong input, failed conversion or shape inference, a model
+            ONNX Runtime cannot load (e.g. custom-domain operators), or the numeric check beyond
+            ``config.atol`` (unless ``accept_numeric_change``).
         ConfigError: the note check flags the declared preprocessing (``note_check: error``).
         Nothing is written under ``out`` when an error is raised.
     """
@@ -257,28 +221,21 @@ def intake(model_path: str | Path, config: IntakeConfig, out: str | Path, task: 
     original = load_model(model_path)
     before = inspect_model(original)
     pre = config.preprocessing
-    h, w = config.input_size
-    shape = (config.batch_size, 3, h, w) if pre.layout == "NCHW" else (config.batch_size, h, w, 3)
-    fixed = fix_input_shape(original, pre.input_name, shape, path=path)
+    shape = pre.input_shape(config.batch_size)
+    fixed = fix_input_shape(original, pre.input_name, shape, path=path, pre=pre)
     current = opset_of(original)
     target = config.target_opset if config.target_opset is not None else max(current, config.min_opset)
     converted, conv_log = convert_opset(fixed, target, method=config.conversion, name=path)
     steps = ["onnx.shape_inference.infer_shapes(strict_mode=True, data_prop=True)"]
-    prepared = _infer(converted, path)
+    prepared = infer_shapes(converted, path)
+    check_runtime_loads(prepared, path, before.custom_domains)
     if task is not None:
         task.with_model(prepared).check_outputs(output_shapes(prepared))
-
-    # samples: the text probe plus random images, each through the declared preprocessing
-    probe = text_probe(config.input_size, seed=config.seed)
-    rng = np.random.default_rng(config.seed)
-    images = [probe.image] + [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for _ in range(config.random_samples)]
-    xs = [pre.apply(img)[0] for img in images]
-    feeds = [{pre.input_name: np.repeat(x, config.batch_size, axis=0)} for x in xs]
-    sample_digest = sha256_bytes(np.ascontiguousarray(xs[0]).tobytes())
+    feeds, sample_digest = _samples(config)
 
     with atomic_output_dir(out) as tmp:
         if config.ort_pre_process:
-            prepared = _ort_pre_process(prepared, tmp)
+            prepared = ort_pre_process(prepared, tmp)
             steps.append("onnxruntime.quantization.shape_inference.quant_pre_process(skip_symbolic_shape=True)")
         numeric = verify_conversion(original, prepared, feeds, atol=config.atol)
         if not numeric.passed:
@@ -288,14 +245,8 @@ def intake(model_path: str | Path, config: IntakeConfig, out: str | Path, task: 
             if not config.accept_numeric_change:
                 raise ModelError(msg + "; inspect intake notes, or set intake.accept_numeric_change: true to accept")
             log.warning("%s; accepted by intake.accept_numeric_change", msg)
-        note_report = None
-        if config.note_check != "off":
-            note_report = check_note(prepared, pre, probe, margin=config.note_check_margin)
-            if not note_report.ok:
-                first = note_report.findings[0]
-                if config.note_check == "error":
-                    raise ConfigError(f"intake.preprocessing: {first.message} (or set intake.note_check: warn)")
-                log.warning("export note check: %s", first.message)
+        note_report = _note_check(prepared, config, shape)
+        named = name_unnamed_nodes(prepared)
         framework, fw_version, evidence = detect_framework(original)
         if config.framework:
             framework, evidence = config.framework, "intake.framework in params"
@@ -303,7 +254,7 @@ def intake(model_path: str | Path, config: IntakeConfig, out: str | Path, task: 
             preprocessing=pre,
             provenance=Provenance(source=path, source_digest=sha256_file(model_path), framework=framework, framework_version=fw_version,
                                   export_command=config.export_command, opset=opset_of(prepared), sample_input_digest=sample_digest,
-                                  runtime_versions=tool_versions(python=True)),
+                                  runtime_versions=tool_versions(python=True), named_nodes=len(named)),
         )
         note.embed(prepared)
         data = prepared.SerializeToString()
@@ -313,7 +264,13 @@ def intake(model_path: str | Path, config: IntakeConfig, out: str | Path, task: 
             config=config, source=path, source_sha256=note.provenance.source_digest, model_sha256=sha256_bytes(data),
             fixed_input=(pre.input_name, shape), before=before, after=inspect_model(prepared), conversion=conv_log, numeric=numeric,
             note_check=note_report, validation=validate_model(prepared), note=note, framework_evidence=evidence, shape_inference=tuple(steps),
+            named_nodes=named,
         )
         atomic_write_json(tmp / "intake.json", result.to_dict())
     log.info("%r", result)
     return result
+
+
+_infer = infer_shapes  # kept for bench/intake.py
+_ort_pre_process = ort_pre_process
+__all__ = ["IntakeConfig", "IntakeResult", "detect_framework", "fix_input_shape", "intake"]

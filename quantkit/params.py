@@ -1,0 +1,280 @@
+"""The params reference: every ``params.yaml`` section, key, type, default and description, from the code.
+
+:data:`SECTIONS` is the one registry ``section name -> config class`` (``"module:Class"``, imported only when
+the reference is built, so registering costs nothing). A new section is one line here, or, from a plug-in,
+``register_section("my_section", "my_pkg.config:MyConfig")``. :func:`reference` walks each class's
+dataclass fields (nested configs become their own subsections) and :func:`render_markdown` writes
+``docs/params.md`` (``quantkit params --out docs/params.md``; a test fails when the page is stale).
+
+Descriptions are read from the code, in this order: an attribute docstring (a string literal right after
+the field), a ``name: text`` entry in the class docstring (``Attributes:``-style; ``a / b:`` and ``a, b:``
+entries document several fields), a ````name```` clause in the class docstring's prose, and the same from
+classes the docstring names as ``:class:`Other```. A field none of these describes shows an empty text.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import inspect
+import json
+import re
+import sys
+import textwrap
+import types
+import typing
+from typing import Any, Literal, Union, get_args, get_origin
+
+from .config import Config, _plain
+from .errors import ConfigError
+
+SECTIONS: dict[str, str] = {
+    "demo": "quantkit.demo.synth:DemoConfig",
+    "intake": "quantkit.intake.prepare:IntakeConfig",
+    "quantize": "quantkit.quantize.config:StaticQuantConfig",
+    "quantize.dynamic": "quantkit.quantize.config:DynamicQuantConfig",
+    "quantize_fallback": "quantkit.quantize.config:StaticQuantConfig",
+    "thresholds": "quantkit.thresholds.operating_point:ThresholdsConfig",
+    "drift": "quantkit.drift:DriftConfig",
+    "report": "quantkit.report.build:ReportConfig",
+    "bundle": "quantkit.bundle.build:BundleConfig",
+    "bundle.verify": "quantkit.bundle.verify:VerifyConfig",
+}
+"""``params.yaml`` section (dotted for a nested one) -> ``"module:ConfigClass"`` read from it."""
+
+NOT_CONFIG = {
+    "calibrations": "read by dvc.yaml only: ``{role: {calibration_set: DIR, reference_set: DIR}}`` for the roles deployed and candidate",
+    "site_sets": "read by dvc.yaml only: the site set names evaluated and reported",
+}
+"""Top-level ``params.yaml`` keys that are not a config section (listed in the reference as they are)."""
+
+
+def register_section(name: str, target: str | type[Config]) -> None:
+    """Register ``name`` (a ``params.yaml`` section) as read into ``target`` (a class or ``"module:Class"``)."""
+    SECTIONS[name] = target if isinstance(target, str) else f"{target.__module__}:{target.__qualname__}"
+
+
+def config_class(section: str) -> type[Config]:
+    """The config class registered for ``section``.
+
+    Raises:
+        ConfigError: no such section (the message lists the registered ones).
+    """
+    if section not in SECTIONS:
+        raise ConfigError(f"params section {section!r} is not registered; known sections: {', '.join(sorted(SECTIONS))}")
+    module, _, name = SECTIONS[section].partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyDoc:
+    """One key of a section: ``type`` as written in YAML terms, ``default`` as YAML flow text (``required``
+    when there is none), ``doc`` the description found in the code ('' if none)."""
+
+    key: str
+    type: str
+    default: str
+    doc: str
+
+
+@dataclasses.dataclass(frozen=True)
+class SectionDoc:
+    """A section (``intake``) or subsection (``intake.preprocessing``, ``demo.sets.<name>``) and its keys."""
+
+    section: str
+    config: str
+    summary: str
+    keys: tuple[KeyDoc, ...]
+
+
+def type_text(tp: Any) -> str:
+    """A field type in YAML terms: ``int``, ``'a' | 'b'``, ``[int, int]``, ``[str, ...]``, ``{str: number}``, ``null``."""
+    origin, args = get_origin(tp), get_args(tp)
+    if tp is type(None):
+        return "null"
+    if tp is float:
+        return "number"
+    if tp is Any:
+        return "any"
+    if isinstance(tp, type) and issubclass(tp, Config):
+        return "mapping"
+    if isinstance(tp, type):
+        return tp.__name__
+    if origin is Literal:
+        return " | ".join(json.dumps(a) if not isinstance(a, str) else f"'{a}'" for a in args)
+    if origin in (Union, types.UnionType):
+        return " | ".join(type_text(a) for a in args)
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return f"[{type_text(args[0])}, ...]"
+        return "[" + ", ".join(type_text(a) for a in args) + "]"
+    if origin is list:
+        return f"[{type_text(args[0]) if args else 'any'}, ...]"
+    if origin is dict:
+        return "{" + (f"{type_text(args[0])}: {type_text(args[1])}" if args else "str: any") + "}"
+    return str(tp).replace("typing.", "")
+
+
+def _default_text(f: dataclasses.Field) -> str:  # type: ignore[type-arg]
+    if f.default is not dataclasses.MISSING:
+        value = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+        value = f.default_factory()
+    else:
+        return "required"
+    plain = _plain(value)
+    if isinstance(plain, dict) and isinstance(value, Config):
+        return "(see below)"
+    return json.dumps(plain, sort_keys=True, ensure_ascii=False)
+
+
+_ENTRY = re.compile(r"^(\s*)([A-Za-z_][\w ,/()\-\[\].]*?):\s+(\S.*)$")
+
+
+def _docstring_entries(doc: str, fields: set[str]) -> dict[str, str]:
+    """``name: text`` entries (with more-indented continuation lines) naming one or more of ``fields``."""
+    out: dict[str, str] = {}
+    lines = textwrap.dedent(doc).splitlines()
+    i = 0
+    while i < len(lines):
+        m = _ENTRY.match(lines[i])
+        names = [n for n in re.findall(r"[A-Za-z_]\w*", re.sub(r"\([^)]*\)", "", m.group(2)))] if m else []
+        if not m or not names or any(n not in fields for n in names):
+            i += 1
+            continue
+        indent, text = len(m.group(1)), [m.group(3).strip()]
+        i += 1
+        while i < len(lines) and lines[i].strip() and len(lines[i]) - len(lines[i].lstrip()) > indent:
+            text.append(lines[i].strip())
+            i += 1
+        for n in names:
+            out.setdefault(n, " ".join(text))
+    return out
+
+
+def _prose_clauses(doc: str, fields: set[str]) -> dict[str, str]:
+    """``\\`\\`name\\`\\` clause`` fragments of prose: the text after a field's name up to the next field's name."""
+    prose = re.split(r"\n\s*(?:Attributes|Fields|Args|Parameters)\b[^\n]*:\s*\n", doc)[0]
+    flat = " ".join(prose.split())
+    marks = [(m.start(), m.end(), m.group(1)) for m in re.finditer(r"``(\w+)``", flat) if m.group(1) in fields]
+    out: dict[str, str] = {}
+    for k, (_, end, name) in enumerate(marks):
+        stop = marks[k + 1][0] if k + 1 < len(marks) else len(flat)
+        clause = re.split(r"\.\s", flat[end:stop])[0].strip(" ,;.")  # up to the next field, within the sentence
+        clause = re.sub(r"\s*(,|;|\.)?\s*(and|or)?$", "", clause).strip()
+        if len(clause.split()) >= 3 and len(clause) > len(out.get(name, "")):
+            out[name] = clause
+    return out
+
+
+def _attribute_docstrings(cls: type) -> dict[str, str]:
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError, SyntaxError):
+        return {}
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+    out = {}
+    for st, nxt in zip(body, body[1:]):
+        if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and isinstance(nxt, ast.Expr) \
+                and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str):
+            out[st.target.id] = " ".join(nxt.value.value.split())
+    return out
+
+
+def field_docs(cls: type[Config], _seen: frozenset[type] = frozenset()) -> dict[str, str]:
+    """Description of each field of ``cls`` found in the code (see the module docstring for the order)."""
+    fields = {f.name for f in dataclasses.fields(cls)}
+    docs: dict[str, str] = {}
+    related: list[type] = []
+    for klass in cls.__mro__:
+        if not (isinstance(klass, type) and issubclass(klass, Config)) or klass is Config:
+            continue
+        doc = inspect.getdoc(klass) or ""
+        for source in (_attribute_docstrings(klass), _docstring_entries(doc, fields), _prose_clauses(doc, fields)):
+            for k, v in source.items():
+                docs.setdefault(k, v)
+        module = sys.modules.get(klass.__module__)
+        for name in re.findall(r":class:`~?\.?([\w.]+)`", doc):
+            other = getattr(module, name.rsplit(".", 1)[-1], None)
+            if isinstance(other, type) and issubclass(other, Config) and other not in _seen and other is not cls:
+                related.append(other)
+    for other in related:
+        for k, v in field_docs(other, _seen | {cls}).items():
+            if k in fields:
+                docs.setdefault(k, v)
+    return {k: docs.get(k, "") for k in fields}
+
+
+def _summary(cls: type) -> str:
+    doc = inspect.getdoc(cls) or ""
+    return " ".join(doc.split("\n\n")[0].split())
+
+
+def describe(section: str, cls: type[Config]) -> list[SectionDoc]:
+    """The section for ``cls`` and one subsection per nested config field (``dict[str, Config]`` as ``<name>``)."""
+    hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
+    keys, subs = [], []
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        keys.append(KeyDoc(f.name, type_text(tp), _default_text(f), docs.get(f.name, "")))
+        nested = [a for a in (tp, *get_args(tp)) if isinstance(a, type) and issubclass(a, Config)]
+        if nested:
+            name = f"{section}.{f.name}" + (".<name>" if get_origin(tp) is dict else "")
+            subs.extend(describe(name, nested[0]))
+    return [SectionDoc(section, f"{cls.__module__}.{cls.__qualname__}", _summary(cls), tuple(keys)), *subs]
+
+
+def reference(section: str | None = None) -> list[SectionDoc]:
+    """Every registered section (sorted), or ``section`` (a registered section, or a subsection such as
+    ``intake.preprocessing``) and its subsections.
+
+    Raises:
+        ConfigError: ``section`` is not registered and is no subsection of a registered one.
+    """
+    if section is None or section in SECTIONS:
+        out: list[SectionDoc] = []
+        for name in [section] if section is not None else sorted(SECTIONS):
+            out.extend(describe(name, config_class(name)))
+        return out
+    parent = max((s for s in SECTIONS if section.startswith(s + ".")), key=len, default=None)
+    found = [d for d in reference(parent) if d.section == section or d.section.startswith(section + ".")] if parent else []
+    if not found:
+        raise ConfigError(f"params section {section!r} is not registered; known sections: {', '.join(sorted(SECTIONS))} (and their subsections)")
+    return found
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(sections: list[SectionDoc]) -> str:
+    """``docs/params.md``: a table per (sub)section, then the top-level keys that are not configs."""
+    lines = ["# params.yaml reference", "",
+             "Generated from the config classes by `quantkit params --out docs/params.md`; do not edit by hand (a test",
+             "compares this page with the code). Every section is one typed config: an unknown key is an error. Types are",
+             "YAML terms (`number` is an int or a float, `[a, b]` a list, `{str: x}` a mapping); `required` has no default.", ""]
+    for s in sections:
+        lines += [f"## `{s.section}`", "", f"{_cell(s.summary)} (`{s.config}`)", "", "| key | type | default | description |",
+                  "|---|---|---|---|"]
+        lines += [f"| `{k.key}` | `{_cell(k.type)}` | `{_cell(k.default)}` | {_cell(k.doc)} |" for k in s.keys]
+        lines.append("")
+    lines += ["## Other top-level keys", ""] + [f"- `{k}`: {v}" for k, v in sorted(NOT_CONFIG.items())] + [""]
+    return "\n".join(lines)
+
+
+def render_text(sections: list[SectionDoc]) -> str:
+    """Plain text for a terminal: per section, one block per key."""
+    out = []
+    for s in sections:
+        out.append(f"[{s.section}]  {s.summary}")
+        for k in s.keys:
+            out.append(f"  {k.key}: {k.type} = {k.default}")
+            if k.doc:
+                out.extend("      " + line for line in textwrap.wrap(k.doc, 96))
+        out.append("")
+    return "\n".join(out)
