@@ -35,16 +35,27 @@ SECTIONS: dict[str, str] = {
     "quantize": "quantkit.quantize.config:StaticQuantConfig",
     "quantize.dynamic": "quantkit.quantize.config:DynamicQuantConfig",
     "quantize_fallback": "quantkit.quantize.config:StaticQuantConfig",
-    "thresholds": "quantkit.thresholds.operating_point:ThresholdsConfig",
-    "drift": "quantkit.drift:DriftConfig",
-    "report": "quantkit.report.build:ReportConfig",
+    "task": "quantkit.tasks.config:TaskConfig",
+    "task.options (db_text)": "quantkit.tasks.maps:DBTextAdapter",
+    "task.options (box_detector)": "quantkit.tasks.boxes:BoxDetectorAdapter",
+    "task.options (classifier)": "quantkit.tasks.classify:ClassifierAdapter",
+    "task.options (ctc_text)": "quantkit.tasks.ctc:CTCTextAdapter",
+    "task.options (segmentation)": "quantkit.tasks.segmentation:SegmentationAdapter",
+    "thresholds": "quantkit.thresholds.config:ThresholdsConfig",
+    "drift": "quantkit.drift.config:DriftConfig",
+    "report": "quantkit.report.config:ReportConfig",
     "bundle": "quantkit.bundle.build:BundleConfig",
     "bundle.verify": "quantkit.bundle.verify:VerifyConfig",
+    "verify": "quantkit.bundle.deployment:DeploymentVerifyConfig",
+    "export": "quantkit.export.config:TorchExportConfig",
 }
 """``params.yaml`` section (dotted for a nested one) -> ``"module:ConfigClass"`` read from it."""
 
 NOT_CONFIG = {
-    "calibrations": "read by dvc.yaml only: ``{role: {calibration_set: DIR, reference_set: DIR}}`` for the roles deployed and candidate",
+    "models": "the main job's models: ``{name: {file: PATH, intake: {...}, task: {...}}}``; `quantkit <cmd> --model NAME` reads "
+              "``models.NAME.<section>`` first, then the top-level section (``intake`` and ``task`` as above)",
+    "calibrations": "``{role: {calibration_set: DIR, reference_set: DIR}}`` for the roles deployed and candidate (dvc.yaml, "
+                    "and `quantkit quantize/bind --role ROLE`)",
     "site_sets": "read by dvc.yaml only: the site set names evaluated and reported",
 }
 """Top-level ``params.yaml`` keys that are not a config section (listed in the reference as they are)."""
