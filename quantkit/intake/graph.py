@@ -13,7 +13,7 @@ from typing import Any
 from .._io import atomic_write_bytes
 from ..errors import ModelError
 from ..note import Preprocessing
-from .quiet import quiet_onnxruntime
+from ..runtimes.quiet import quiet_onnxruntime
 
 log = logging.getLogger(__name__)
 

@@ -28,10 +28,11 @@ adapter's name; a broken entry point is logged and skipped, never breaks the bui
 
 from __future__ import annotations
 
-from .base import (ADAPTERS, Decision, DecisionTensor, MetricSpec, TaskAdapter, ThresholdSpec, adapter_class, empty_decision,
-                   make_adapter, register_adapter)
+from .base import DecisionTensor, MetricSpec, TaskAdapter, ThresholdSpec
 from .builtin import boxes, classify, ctc, maps, segmentation  # noqa: F401
 from .config import TaskConfig
+from .decision import Decision, empty_decision
+from .registry import ADAPTERS, adapter_class, make_adapter, register_adapter
 
 __all__ = ["ADAPTERS", "Decision", "DecisionTensor", "MetricSpec", "TaskAdapter", "TaskConfig", "ThresholdSpec", "adapter_class",
            "empty_decision", "make_adapter", "register_adapter"]

@@ -44,10 +44,28 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from ..errors import ConfigError, ModelError
-from .base import Decision, DecisionTensor, MetricSpec, Outputs, Shapes, TaskAdapter, ThresholdSpec, empty_decision, register_adapter
-from .boxdecode import corners, decode_yolov5, decode_yolox, grid_cells, logit, nms, sigmoid, to_xyxy
+from .base import (
+    DecisionTensor,
+    MetricSpec,
+    Outputs,
+    Shapes,
+    TaskAdapter,
+    ThresholdSpec,
+)
+from .boxdecode import (
+    corners,
+    decode_yolov5,
+    decode_yolox,
+    grid_cells,
+    logit,
+    nms,
+    sigmoid,
+    to_xyxy,
+)
+from .decision import Decision, empty_decision
 from .maps import item_metrics
 from .matching import box_iou, item_counts, match
+from .registry import register_adapter
 
 __all__ = ["BoxDetectorAdapter", "corners", "nms"]
 

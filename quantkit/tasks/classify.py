@@ -13,8 +13,17 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..errors import ConfigError
-from .base import Decision, DecisionTensor, MetricSpec, Outputs, Shapes, TaskAdapter, ThresholdSpec, empty_decision, register_adapter
+from .base import (
+    DecisionTensor,
+    MetricSpec,
+    Outputs,
+    Shapes,
+    TaskAdapter,
+    ThresholdSpec,
+)
+from .decision import Decision, empty_decision
 from .matching import item_counts
+from .registry import register_adapter
 
 TOP1 = MetricSpec("top1", "top-1 agreement with FP32", "top1_same", "images",
                   description="share of images where the quantized model picks the same class as FP32")

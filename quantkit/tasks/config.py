@@ -6,7 +6,8 @@ import dataclasses
 from typing import Any
 
 from ..config import Config
-from .base import TaskAdapter, make_adapter
+from .base import TaskAdapter
+from .registry import make_adapter
 
 
 @dataclasses.dataclass(frozen=True)

@@ -29,8 +29,17 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..errors import ConfigError, InputFileError, ModelError
-from .base import Decision, DecisionTensor, MetricSpec, Outputs, Shapes, TaskAdapter, ThresholdSpec, register_adapter
+from .base import (
+    DecisionTensor,
+    MetricSpec,
+    Outputs,
+    Shapes,
+    TaskAdapter,
+    ThresholdSpec,
+)
+from .decision import Decision
 from .matching import item_counts
+from .registry import register_adapter
 
 EXACT = MetricSpec("exact", "exact text agreement with FP32", "text_same", "lines",
                    description="share of text lines read exactly as FP32 reads them")

@@ -16,9 +16,17 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..errors import ConfigError, ModelError
-from .base import (Decision, DecisionTensor, MetricSpec, Outputs, Shapes, TaskAdapter, ThresholdSpec, empty_decision,
-                   register_adapter)
+from .base import (
+    DecisionTensor,
+    MetricSpec,
+    Outputs,
+    Shapes,
+    TaskAdapter,
+    ThresholdSpec,
+)
+from .decision import Decision, empty_decision
 from .matching import item_counts, match, polygon_iou
+from .registry import register_adapter
 
 
 def item_metrics(prefix: str, vs: str, item: str) -> tuple[MetricSpec, ...]:

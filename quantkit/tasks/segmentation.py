@@ -20,11 +20,20 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..errors import ConfigError, ModelError
-from .base import Decision, DecisionTensor, MetricSpec, Outputs, Shapes, TaskAdapter, ThresholdSpec, empty_decision, register_adapter
+from .base import (
+    DecisionTensor,
+    MetricSpec,
+    Outputs,
+    Shapes,
+    TaskAdapter,
+    ThresholdSpec,
+)
 from .boxdecode import corners, logit, sigmoid
 from .boxes import LOGIT_RANGE
+from .decision import Decision, empty_decision
 from .maps import PIXEL_IOU, item_metrics, map_agreement_counts
 from .matching import box_iou, item_counts, match
+from .registry import register_adapter
 
 
 @register_adapter
