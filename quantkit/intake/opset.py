@@ -267,12 +267,14 @@ def convert_opset(model: Any, target: int, *, method: str = "onnx", name: str = 
 
 @dataclasses.dataclass(frozen=True)
 class OutputDiff:
-    """Largest absolute difference of one output over all samples (float64 arithmetic)."""
+    """Largest absolute difference of one output over all samples (float64 arithmetic), and the output's shape as
+    the converted model produced it (``shape``)."""
 
     name: str
     max_abs_diff: float
     max_rel_diff: float
     within_tolerance: bool
+    shape: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -317,6 +319,7 @@ def verify_conversion(original: Any, converted: Any, feeds: Sequence[dict[str, n
 
     diffs: dict[str, list[float]] = {}
     rel: dict[str, list[float]] = {}
+    shapes: dict[str, tuple[int, ...]] = {}
     with OrtRunner(original.SerializeToString(), name="original model") as ra, OrtRunner(converted.SerializeToString(), name="converted model") as rb:
         for feed in feeds:
             a, b = ra.infer(feed), rb.infer(feed)
@@ -327,7 +330,8 @@ def verify_conversion(original: Any, converted: Any, feeds: Sequence[dict[str, n
                 if x.shape != y.shape:
                     raise ModelError(f"converted model: output {k!r} has shape {y.shape}, the original {x.shape}; the conversion changed its meaning")
                 d = np.abs(x - y)
+                shapes[k] = tuple(int(v) for v in y.shape)
                 diffs.setdefault(k, []).append(float(d.max()) if d.size else 0.0)
                 rel.setdefault(k, []).append(float((d / np.maximum(np.abs(x), 1e-6)).max()) if d.size else 0.0)
-    outs = tuple(OutputDiff(k, max(v), max(rel[k]), max(v) <= atol) for k, v in diffs.items())
+    outs = tuple(OutputDiff(k, max(v), max(rel[k]), max(v) <= atol, shapes[k]) for k, v in diffs.items())
     return NumericCheck(atol, len(feeds), outs)

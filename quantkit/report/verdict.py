@@ -33,7 +33,7 @@ def cause(drift: DriftResult | None) -> str:
     its optics) is named when sharpness, noise or colour moved while brightness did not.
     """
     if drift is None:
-        return "no drift check available"
+        return "no drift result to say why"
     from ..drift.statistics import describe_changes
 
     names = {c.name for c in drift.changes if c.moved}

@@ -25,7 +25,7 @@ from .decision import Decision, empty_decision
 from .matching import item_counts
 from .registry import register_adapter
 
-TOP1 = MetricSpec("top1", "top-1 agreement with FP32", "top1_same", "images",
+TOP1 = MetricSpec("top1", "top-1 agreement vs FP32", "top1_same", "images",
                   description="share of images where the quantized model picks the same class as FP32")
 DECISION_F1 = MetricSpec("decision_f1", "decision F1 vs FP32", "agree_f1_num", "agree_f1_den",
                          description="how often both models fire (score above the threshold) with the same class")

@@ -41,7 +41,7 @@ from .decision import Decision
 from .matching import item_counts
 from .registry import register_adapter
 
-EXACT = MetricSpec("exact", "exact text agreement with FP32", "text_same", "lines",
+EXACT = MetricSpec("exact", "exact text agreement vs FP32", "text_same", "lines",
                    description="share of text lines read exactly as FP32 reads them")
 CER = MetricSpec("cer", "character error rate vs FP32", "char_edits", "ref_chars", empty=0.0, higher_is_better=False,
                  description="characters changed, added or lost per character FP32 reads (0 = the same text)")
@@ -98,6 +98,15 @@ class CTCTextAdapter(TaskAdapter):
     """CTC text recognizer: ``[N, T, C]`` softmax probabilities (or logits with ``softmax: true``) -> one line.
 
     See the module docstring for decoding, the character list and the metrics.
+
+    Attributes:
+        text_score: a line is kept when the mean probability of its decoded characters is at least this.
+        softmax: the output holds logits; apply a softmax over classes first.
+        character_file: a file with one character per line (default: the model's ``character_key`` metadata).
+        character_key: the ``metadata_props`` key holding the character list (rapidocr: ``character``).
+        blank: index of the CTC blank class: 0 (first, PaddleOCR) or -1 (last).
+        space: a space class follows the characters (PaddleOCR's ``use_space_char``).
+        strip: compare texts without leading and trailing spaces (agreement and accuracy).
     """
 
     name: ClassVar[str] = "ctc_text"
@@ -117,6 +126,7 @@ class CTCTextAdapter(TaskAdapter):
     character_key: str = "character"
     blank: int = 0
     space: bool = True
+    strip: bool = True
 
     def validate(self) -> None:
         if not 0.0 <= self.text_score <= 1.0:
@@ -225,11 +235,14 @@ class CTCTextAdapter(TaskAdapter):
         return None if self.softmax else float(value)
 
     # -- agreement -------------------------------------------------------------------------------------
-    @staticmethod
-    def _text(d: Decision, kept: bool) -> str:
+    def _text(self, d: Decision, kept: bool) -> str:
+        """The decoded line (``kept``: only when the score filter kept it); with ``strip``, without leading and
+        trailing spaces (the space class PP-OCR appends often ends a line; it is not part of the reading)."""
         if kept:
-            return d.texts[0] if d.texts and len(d) else ""
-        return d.top[1] if d.top is not None else ""
+            t = d.texts[0] if d.texts and len(d) else ""
+        else:
+            t = d.top[1] if d.top is not None else ""
+        return t.strip() if self.strip else t
 
     def agreement(self, ref: Decision, got: Decision) -> dict[str, float]:
         a, b = self._text(ref, False), self._text(got, False)
