@@ -1,0 +1,107 @@
+"""A detector whose INT8 scores collapse: boxes in pixels (0..470) concatenated with sigmoid scores (0..1) in one
+output, so both share one quantization scale (a public bug kind: "all confidences 0 after INT8"). bind refuses to
+bind thresholds to it (exit 6), and the report shows it RED when bound anyway."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from quantkit.cli.main import main
+
+SIZE = 16
+
+
+def concat_detector() -> onnx.ModelProto:
+    """``x [1,3,16,16]`` -> 1x1 Conv to 6 channels -> rows ``[1, 256, 6]``: sigmoid x 470 boxes, sigmoid scores, concatenated."""
+    rng = np.random.default_rng(0)
+    w = (rng.normal(0, 1.5, (6, 3, 1, 1))).astype(np.float32)
+    b = np.array([0, 0, -1, -1, 0.5, 0.5], np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["f"]),
+        helper.make_node("Reshape", ["f", "shape"], ["f2"]),
+        helper.make_node("Transpose", ["f2"], ["rows"], perm=[0, 2, 1]),
+        helper.make_node("Split", ["rows", "split"], ["box_raw", "score_raw"], axis=2),
+        helper.make_node("Sigmoid", ["box_raw"], ["box_s"]),
+        helper.make_node("Mul", ["box_s", "px"], ["boxes"]),
+        helper.make_node("Sigmoid", ["score_raw"], ["scores"]),
+        helper.make_node("Concat", ["boxes", "scores"], ["dets"], axis=2),
+    ]
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b"), numpy_helper.from_array(np.array([1, 6, SIZE * SIZE], np.int64), "shape"),
+             numpy_helper.from_array(np.array([4, 2], np.int64), "split"), numpy_helper.from_array(np.array(470.0, np.float32), "px")]
+    g = helper.make_graph(nodes, "concat_det", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, SIZE, SIZE])],
+                          [helper.make_tensor_value_info("dets", TensorProto.FLOAT, [1, SIZE * SIZE, 6])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m
+
+
+def _set(root: Path, name: str, seed: int, n: int = 6) -> Path:
+    from PIL import Image
+
+    from quantkit.calibset import register_set
+
+    rng = np.random.default_rng(seed)
+    (root / name / "images").mkdir(parents=True)
+    for i in range(n):
+        Image.fromarray(rng.integers(0, 256, (SIZE, SIZE, 3), dtype=np.uint8)).save(root / name / f"images/{i:02d}.png")
+    register_set(root / name, name=name, kind="reference")
+    return root / name
+
+
+PARAMS = f"""
+intake:
+  input_size: [{SIZE}, {SIZE}]
+  note_check: off
+  ort_pre_process: false
+  preprocessing: {{input_name: x, color_order: RGB, layout: NCHW, scale: 0.00392156862745098, mean: [0, 0, 0], std: [1, 1, 1], resize_policy: stretch}}
+task:
+  adapter: box_detector
+  options: {{layout: rows, objectness: true, score_thresh: 0.25, iou_thresh: 0.45}}
+quantize: {{method: minmax, format: qdq, per_channel: false, activation_type: uint8, weight_type: int8}}
+thresholds: {{operating_point: {{bootstrap_resamples: 50}}, min_agreement: 0.5}}
+"""
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("collapse")
+    onnx.save(concat_detector(), root / "det.onnx")
+    (root / "params.yaml").write_text(PARAMS)
+    for name, seed in (("calib", 1), ("ref", 2), ("site", 3)):
+        _set(root, name, seed)
+    assert main(["intake", str(root / "det.onnx"), "--params", str(root / "params.yaml"), "--out", str(root / "intake")]) == 0
+    assert main(["quantize", str(root / "intake"), "--calibration-set", str(root / "calib"), "--params", str(root / "params.yaml"),
+                 "--out", str(root / "q")]) == 0
+    return root
+
+
+def test_bind_refuses_a_detector_whose_scores_collapsed(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = work / "th.json"
+    capsys.readouterr()
+    code = main(["bind", str(work / "q"), "--fp32", str(work / "intake"), "--reference", str(work / "ref"), "--params", str(work / "params.yaml"),
+                 "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 6 and len(err.splitlines()) == 1 and not out.exists()
+    assert "box F1 vs FP32" in err and "below thresholds.min_agreement 0.5" in err and "split the concatenation" in err
+
+
+def test_bound_anyway_the_report_shows_it_red(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    params = work / "lenient.yaml"
+    params.write_text(PARAMS.replace("min_agreement: 0.5", "min_agreement: 0.0"))
+    m = work / "model"
+    assert main(["bind", str(work / "q"), "--fp32", str(work / "intake"), "--reference", str(work / "ref"), "--params", str(params),
+                 "--out", str(m / "thresholds" / "deployed.json")]) == 0
+    (m / "quantize").mkdir(parents=True)
+    (m / "quantize" / "deployed").symlink_to(work / "q")
+    assert main(["evaluate", str(work / "site"), "--fp32", str(work / "intake"), "--deployed", str(work / "q"),
+                 "--deployed-thresholds", str(m / "thresholds" / "deployed.json"), "--params", str(params), "--out", str(m / "eval" / "site")]) == 0
+    capsys.readouterr()
+    assert main(["report", "--model", str(m), "--out", str(work / "reports")]) == 0
+    text = capsys.readouterr().out
+    assert "deployed red box_f1" in text and "Needs review" in text
