@@ -5,7 +5,7 @@ Real PP-OCR detector at 64x64, 8 calibration images (the issue's N=8 check at a 
 
 from __future__ import annotations
 
-import pickle
+import json
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +17,9 @@ from quantkit.calibset import CalibrationSet, CalibrationSetReader
 from quantkit.errors import CalibrationSetError
 from quantkit.note import ExportNote
 from quantkit.quantize import StaticQuantConfig, adapter
-from quantkit.quantize.calibrate import collect_ranges, quiet_ort
+from quantkit.quantize.adapter import quiet_ort
+from quantkit.quantize.calibrate import collect_ranges
+from quantkit.quantize.checkpoint import CheckpointKey
 from quantkit.quantize.engine import constants_to_initializers
 
 SIZE = 64
@@ -66,7 +68,7 @@ def test_chunked_ranges_equal_ort_one_call_bit_for_bit(env, cfg, tmp_path):
                                  StaticQuantConfig(method="percentile", percentile=99.0, num_bins=512)],
                          ids=["percentile", "percentile-asymmetric", "percentile-99"])
 def test_percentile_within_stated_tolerance(env, cfg, tmp_path):
-    """The one-pass percentile's stated tolerance (calibrate._FineHistogramState): each threshold within one ORT
+    """The one-pass percentile's stated tolerance (fine_histogram.FineHistogramState): each threshold within one ORT
     bin plus one fine bin of ORT's one-call threshold, i.e. <= 1.5 t / num_bins (absolute, ORT's default) or
     <= 2.5 t / num_bins (symmetric=False), t = max|x| of the tensor."""
     root, model, cset, pre = env
@@ -148,29 +150,35 @@ class _Interrupting(CalibrationSetReader):
 
 
 @pytest.mark.parametrize("method", ["minmax", "percentile", "distribution"])
-def test_interrupted_calibration_resumes_from_checkpoint(env, tmp_path, method, monkeypatch):
+def test_interrupted_calibration_resumes_from_checkpoint(env, tmp_path, method, monkeypatch, caplog):
     from quantkit.quantize import calibrate
 
     monkeypatch.setattr(calibrate, "CHECKPOINT_INTERVAL_S", 0.0)  # save after every chunk
     root, model, cset, pre = env
     cfg = StaticQuantConfig(method=method, calibration_chunk_size=2)
     ckpt = tmp_path / "ckpt"
+    key = CheckpointKey.for_run("model", "set", cfg.config_hash())
     with pytest.raises(KeyboardInterrupt):
-        collect_ranges(model, _Interrupting(cset, pre, stop_at=5), cfg, workdir=tmp_path, checkpoint=ckpt, key="k")
-    saved = pickle.loads(ckpt.read_bytes())
+        collect_ranges(model, _Interrupting(cset, pre, stop_at=5), cfg, workdir=tmp_path, checkpoint=ckpt, key=key)
+    with np.load(ckpt, allow_pickle=False) as z:  # plain arrays, no pickle
+        saved = json.loads(str(z["__meta__"][()]))
     assert (saved["pass"], saved["done"]) == (1, 4)  # chunks [0,2) and [2,4) finished before the interrupt
     again = _Interrupting(cset, pre)
-    run = collect_ranges(model, again, cfg, workdir=tmp_path, checkpoint=ckpt, key="k")
+    run = collect_ranges(model, again, cfg, workdir=tmp_path, checkpoint=ckpt, key=key)
     passes = 2 if method == "distribution" else 1  # percentile: one pass (its repair pass is not needed here)
     assert len(again.seen) == 8 * passes - 4  # the 4 finished images were not read again
     assert run.resumed_batches == 4
     full = collect_ranges(model, CalibrationSetReader(cset, pre), cfg, workdir=tmp_path)
     for k in full.tensors.data:
         assert np.array_equal(np.asarray(full.tensors[k].range_value), np.asarray(run.tensors[k].range_value)), k
-    # a checkpoint made for another run is ignored, not trusted
+    # a checkpoint made for another run (here: another onnxruntime version) is ignored with a log line, not trusted
+    import dataclasses
+
     other = _Interrupting(cset, pre)
-    collect_ranges(model, other, cfg, workdir=tmp_path, checkpoint=ckpt, key="another")
+    with caplog.at_level("WARNING", logger="quantkit.quantize.checkpoint"):
+        collect_ranges(model, other, cfg, workdir=tmp_path, checkpoint=ckpt, key=dataclasses.replace(key, onnxruntime="0.0"))
     assert len(other.seen) == 8 * passes
+    assert "made for another run (onnxruntime" in caplog.text
 
 
 def test_max_images_and_empty(env, tmp_path):
@@ -202,14 +210,14 @@ def test_fine_histogram_growing_range_within_tolerance(absolute):
     """Batches whose range grows (the fine grid widens by powers of two) and with NaNs and all-zero batches."""
     from onnxruntime.quantization.calibrate import HistogramCollector
 
-    from quantkit.quantize.calibrate import _FineHistogramState
+    from quantkit.quantize.fine_histogram import FineHistogramState
 
     rng = np.random.default_rng(0)
     batches = [np.zeros(1000, np.float32)] + [(rng.standard_normal(20000) * s + o).astype(np.float32) for s, o in [(0.1, 0), (1, 0.5), (0.5, -1), (7, 0), (2, 3)]]
     batches[2][5] = np.nan
     nb, p = 2048, 99.99
     need = (100 - p) / (100 if absolute else 200)
-    st = _FineHistogramState(["t"], nb, absolute, need)
+    st = FineHistogramState(["t"], nb, absolute, need)
     for b in batches:
         st.update("t", b)
     assert st.unresolved() == []
@@ -232,16 +240,17 @@ def test_fine_histogram_flags_tails_that_outgrew_the_first_batch():
     the repaired histogram gives ORT's one-call thresholds bit for bit."""
     from onnxruntime.quantization.calibrate import HistogramCollector
 
-    from quantkit.quantize.calibrate import _FineHistogramState, _HistogramState
+    from quantkit.quantize.fine_histogram import FineHistogramState
+    from quantkit.quantize.histogram import HistogramState
 
     rng = np.random.default_rng(1)
     batches = [rng.uniform(-1, 1, 10000).astype(np.float32)] + [rng.uniform(0.5, 0.9, 4_000_000).astype(np.float32) for _ in range(3)]
-    st = _FineHistogramState(["t"], 2048, True, 1e-5)
+    st = FineHistogramState(["t"], 2048, True, 1e-5)
     for b in batches:
         st.update("t", b)
     assert st.unresolved() == ["t"]
     mn, mx, amin = st.stats["t"]
-    st.repair = _HistogramState(["t"], True, 2048)
+    st.repair = HistogramState(["t"], True, 2048)
     st.repair.stats["t"] = [mn, mx, amin, max(abs(mn), abs(mx))]
     for b in batches:
         st.repair.count("t", b)

@@ -207,9 +207,10 @@ def dynamic_kwargs(c: DynamicQuantConfig, op_types: list[str], nodes_to_exclude:
 class _DropOrtNags(logging.Filter):
     """ORT root-logger warnings a quantkit user cannot act on: the pre-processing advice (intake did it),
     per-channel axis notes for rank-1 BatchNormalization weights (ORT falls back to per-tensor), and the
-    automatic opset bump for 16-bit types (recorded as opset_after)."""
+    automatic opset bump / ``com.microsoft`` domain for 16- and 4-bit types (recorded as opset_after)."""
 
-    _NAGS = ("pre-process", "is out-of-range for weight", "does not support 16-bit integer quantization natively")
+    _NAGS = ("pre-process", "is out-of-range for weight", "does not support 16-bit integer quantization natively",
+             "integer quantization types prior to opset 21")
 
     def filter(self, record: logging.LogRecord) -> bool:
         msg = record.getMessage()

@@ -37,6 +37,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Union
 
+import numpy as np
+
 from ..errors import CalibrationSetError, ConfigError, ModelError
 from ..progress import progress
 from . import adapter
@@ -146,8 +148,8 @@ def _pool(threads: int) -> Iterator[ThreadPoolExecutor | None]:
 class _Saver:
     """Saves the state after a chunk when ``CHECKPOINT_INTERVAL_S`` has passed (or when forced)."""
 
-    def __init__(self, path: Path | None, key: ckpt.CheckpointKey | None, state: State, channels: OutputChannels) -> None:
-        self.path, self.key, self.state, self.channels = path, key, state, channels
+    def __init__(self, path: Path | None, key: ckpt.CheckpointKey | None, state: State, channels: OutputChannels, dynamic: set[str]) -> None:
+        self.path, self.key, self.state, self.channels, self.dynamic = path, key, state, channels, dynamic
         self.last = time.monotonic()
 
     def __call__(self, pass_no: int, done: int, *, force: bool = True) -> None:
@@ -155,7 +157,8 @@ class _Saver:
             return
         if force or time.monotonic() - self.last >= CHECKPOINT_INTERVAL_S:
             self.last = time.monotonic()
-            arrays = {**self.state.to_arrays(), **{f"ch.{k}": v for k, v in self.channels.to_arrays().items()}}
+            arrays = {**self.state.to_arrays(), **{f"ch.{k}": v for k, v in self.channels.to_arrays().items()},
+                      "variable_shape": np.array(sorted(self.dynamic), dtype=str)}
             ckpt.save(self.path, self.key, pass_no, done, arrays)
 
 
@@ -191,8 +194,8 @@ class _Pass:
                     _fold(state, pass_no, names, outs, pool, channels)
                 if not got:
                     raise CalibrationSetError(f"{self.where}: batches {s}..{e - 1} gave no readable image; fix or remove those images")
+                dynamic.update(tap.dynamic_names)
                 save(pass_no, e, force=e == self.n_batches)
-            dynamic.update(tap.dynamic_names)
         return len(starts)
 
 
@@ -258,17 +261,18 @@ def collect_ranges(
     state: State = make_state(plan.params, list(plan.tensors))
     key = dataclasses.replace(key, state=type(state).__name__) if key is not None else None
     channels = OutputChannels({n: ax for n, ax in (outputs or {}).items() if n in plan.tensors})
-    pass_no, done = 1, 0
+    pass_no, done, dynamic = 1, 0, set()
     if checkpoint is not None and key is not None:
         saved = ckpt.load(checkpoint, key)
         if saved is not None:
             ch = {k[3:]: v for k, v in saved.arrays.items() if k.startswith("ch.")}
-            state = type(state).from_arrays({k: v for k, v in saved.arrays.items() if not k.startswith("ch.")})
+            dynamic = {str(n) for n in saved.arrays.get("variable_shape", ())}
+            state = type(state).from_arrays({k: v for k, v in saved.arrays.items() if not k.startswith("ch.") and k != "variable_shape"})
             channels, pass_no, done = OutputChannels.from_arrays(ch), saved.pass_no, saved.done
             log.info("resuming calibration from %s at pass %d after %d of %d batches", checkpoint, pass_no, done, n_batches)
     resumed = done + (n_batches if pass_no == 2 else 0)
-    save = _Saver(Path(checkpoint) if checkpoint is not None else None, key, state, channels)
-    chunks, dynamic = 0, set()
+    save = _Saver(Path(checkpoint) if checkpoint is not None else None, key, state, channels, dynamic)
+    chunks = 0
     with adapter.quiet_ort(), _pool(fold_threads()) as pool:
         while True:
             desc = f"calibrate {config.method}" + (f" pass {pass_no}" if pass_no > 1 else "")

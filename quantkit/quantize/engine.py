@@ -30,7 +30,7 @@ import numpy as np
 
 from .._io import atomic_output_dir, sha256_bytes, sha256_file
 from ..artifacts.record import CalibrationRecord, SetRef, TensorScale
-from ..errors import ConfigError, ModelError, QuantkitError, UnsupportedOptionError
+from ..errors import ConfigError, ModelError, QuantkitError, TargetSupportError, UnsupportedOptionError
 from ..modelio import load_model, opset_of
 from ..note import ExportNote
 from ..versions import tool_versions
@@ -84,15 +84,23 @@ def constants_to_initializers(model: Any) -> int:
 
 
 def _finish(tmp_model: Path, note: ExportNote, dest: Path, config: Any) -> tuple[Any, bytes]:
-    """Embed the note, check the runtime loads and runs the model at its deployment level, write it to
-    ``dest``; returns (ModelProto, bytes). Raises TargetSupportError (nothing written) when it cannot."""
+    """Embed the note, write the model to ``dest`` (inside the output's temporary folder) and check the runtime
+    loads and runs it at its deployment level; returns (ModelProto, bytes).
+
+    Raises:
+        TargetSupportError: it cannot; ``dest`` is removed (the caller's output folder is discarded anyway).
+    """
     import onnx
 
     q = onnx.load(str(tmp_model))
     note.embed(q)
     data = q.SerializeToString()
-    check_runs(data, name=dest.name, fix=combination_fix(config))
     dest.write_bytes(data)
+    try:
+        check_runs(dest, name=dest.name, fix=combination_fix(config))
+    except TargetSupportError:
+        dest.unlink()
+        raise
     return q, data
 
 
@@ -179,22 +187,63 @@ def _static(model: Any, model_path: Path, note: ExportNote, config: StaticQuantC
             ranges = adapter.ranges_from_pairs(config.method, _recorded_pairs(record))
             overrides = adapter.replay_overrides(record.tensors) if replay_scales else {}
             calib = {"replayed_from" if replay_scales else "ranges_from": record.fingerprint}
+            for k in ("float_nodes", "variable_shape"):  # what the recorded run kept in float, and why
+                if record.calibration.get(k):
+                    calib[k] = list(record.calibration[k])
+            excluded = excluded + [n for n in calib.get("float_nodes", []) if n not in excluded]
         pinned = [n for n in outputs.relu_fed_outputs(prepared, ranges, op_types, excluded) if n not in config.tensor_overrides and n not in overrides]
         overrides.update(adapter.range_overrides(ranges, pinned))
-        raw = work / "quantized.onnx"
-        try:
-            adapter.run_static(prep_path, raw, ranges, adapter.static_kwargs(config, op_types, excluded, overrides or None), work)
-        except QuantkitError:
-            raise
-        except Exception as e:  # ORT raises ValueError/AttributeError/RuntimeError on models it cannot handle
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise ModelError(f"{model_path}: ONNX Runtime could not quantize the model ({type(e).__name__}: {first}); run 'quantkit intake' on it or exclude the failing nodes") from None
-        q, data = _finish(raw, note, out / MODEL_FILE, config)
+        job = _Quantization(model_path, prep_path, ranges, config, op_types, overrides, note, out / MODEL_FILE, work)
+        q, data, floated = job.run_checked(prepared, excluded, set(calib.get("variable_shape", ())))
+        if floated:
+            calib["float_nodes"] = sorted(set(calib.get("float_nodes", [])) | set(floated))
     tensors = extract_scales(q, prepared, ranges=ranges, calibrator=config.method)
     calib.update(_findings(prepared, tensors, ranges, config, channels, pinned, levels_floor))
     rec = _record(tensors, model_digest, sha256_bytes(data), cs_info, config, opset_of(model), opset_of(q), "static", calib)
     full = {k: (float(np.min(ranges[k].range_value[0])), float(np.max(ranges[k].range_value[1]))) for k in sorted(ranges.data)}
     return dataclasses.replace(rec, calibrated_ranges=full)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Quantization:
+    """One ``quantize_static`` run and its runtime check, for a given set of nodes kept in float."""
+
+    source: Path  # the intake model, for messages
+    prep_path: Path
+    ranges: Any
+    config: StaticQuantConfig
+    op_types: list[str]
+    overrides: dict[str, Any]
+    note: ExportNote
+    dest: Path
+    work: Path
+
+    def run(self, excluded: list[str]) -> tuple[Any, bytes]:
+        raw = self.work / "quantized.onnx"
+        try:
+            adapter.run_static(self.prep_path, raw, self.ranges, adapter.static_kwargs(self.config, self.op_types, excluded, self.overrides or None), self.work)
+        except QuantkitError:
+            raise
+        except Exception as e:  # ORT raises ValueError/AttributeError/RuntimeError on models it cannot handle
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise ModelError(f"{self.source}: ONNX Runtime could not quantize the model ({type(e).__name__}: {first}); "
+                             "run 'quantkit intake' on it or exclude the failing nodes") from None
+        return _finish(raw, self.note, self.dest, self.config)
+
+    def run_checked(self, model: Any, excluded: list[str], variable: Any) -> tuple[Any, bytes, list[str]]:
+        """:meth:`run`; when the runtime refuses the result and the model has tensors whose shape depends on the
+        data (``variable``), once more with the nodes reading or writing them in float (ORT 1.32 crashes on a
+        quantized ``Mul`` fed by an empty ``GatherND``). Returns (ModelProto, bytes, the nodes floated)."""
+        try:
+            return (*self.run(excluded), [])
+        except TargetSupportError as e:
+            around = sorted({n.name for n in model.graph.node if n.name and n.name not in excluded
+                             and any(t in variable for t in (*n.input, *n.output))})
+            if not around:
+                raise
+            log.warning("%s -- retrying with the nodes around tensors whose shape depends on the data (%s) in float: %s",
+                        str(e).split("; ")[0], ", ".join(sorted(variable)), ", ".join(around))
+            return (*self.run(excluded + around), around)
 
 
 def _calibrate(prep_path: Path, prepared: Any, cset: Any, note: ExportNote, config: StaticQuantConfig, work: Path, op_types: list[str],
@@ -216,7 +265,11 @@ def _calibrate(prep_path: Path, prepared: Any, cset: Any, note: ExportNote, conf
                                          outputs={o.name: outputs.channel_axes(prepared, o.name) for o in prepared.graph.output})
     for w in run.warnings:
         log.warning("%s", w)
-    return run.tensors, run.to_dict(), run.channel_ranges, excluded + _exclude_unobserved(prepared, run.unobserved, excluded)
+    calib = run.to_dict()
+    unobserved = _exclude_unobserved(prepared, run.unobserved, excluded)
+    if unobserved:
+        calib["float_nodes"] = unobserved
+    return run.tensors, calib, run.channel_ranges, excluded + unobserved
 
 
 def _recorded_pairs(record: CalibrationRecord) -> dict[str, tuple[float, float]]:

@@ -8,7 +8,8 @@ for the PP-OCR detector at 640x640) are not allocated, page-faulted and freed ag
 
 * Tensors whose shape the model declares in full get a preallocated buffer, reused from image to image.
 * Tensors whose shape depends on the data (NonZero -> GatherND, a dynamic ``TopK``) are bound without a
-  buffer: ORT allocates them at their size on each run. Should a declared shape be wrong after all, the run
+  buffer, again before every run (ORT would otherwise reuse the previous run's value as a preallocated output
+  and fail on a new size): ORT allocates them at their size each time. Should a declared shape be wrong after all, the run
   is repeated with every output bound that way (logged), so a shape change never fails calibration.
 * A calibrated tensor that is also a graph input is taken from the feed (ORT does not write it into a
   bound buffer).
@@ -103,6 +104,8 @@ class TapSession:
             return [feed[n] if n in self._inputs else outs[n] for n in self.names]
         for k, v in feed.items():
             self._binding.bind_cpu_input(k, v)
+        for name in self._dynamic:  # after a run ORT keeps the value it allocated; unbound, it allocates anew
+            self._binding.bind_output(name, "cpu")
         try:
             self.runner.session.run_with_iobinding(self._binding)
         except Exception as e:  # a declared shape was wrong: bind everything without buffers from now on
