@@ -260,3 +260,117 @@ def test_fine_histogram_flags_tails_that_outgrew_the_first_batch():
     with quiet_ort():
         got = c.compute_collection_result()["t"]
     assert np.array_equal(np.asarray(ref[:2]), np.asarray(got[:2]))
+
+
+def test_entropy_with_default_bins_warns_that_it_equals_minmax(env, tmp_path):
+    root, model, cset, pre = env
+    run = collect_ranges(model, CalibrationSetReader(cset, pre), StaticQuantConfig(method="entropy", max_images=2), workdir=tmp_path)
+    (w,) = run.warnings
+    assert "gave all 331 tensors their MinMax ranges" in w and "set num_bins: 2048" in w
+    kl = collect_ranges(model, CalibrationSetReader(cset, pre), StaticQuantConfig(method="entropy", num_bins=136, max_images=2), workdir=tmp_path)
+    assert kl.warnings == ()
+
+
+@pytest.mark.parametrize("cfg", [StaticQuantConfig(), StaticQuantConfig(method="entropy", num_bins=256, num_quantized_bins=128),
+                                 StaticQuantConfig(method="distribution"), StaticQuantConfig(method="percentile")],
+                         ids=["minmax", "entropy-kl", "distribution", "percentile"])
+def test_variable_shaped_tensors_equal_ort_on_all_values(tmp_path, cfg):
+    """ORT's one-call histogram calibrators crash on a tensor whose shape changes between images (np.asarray of a
+    ragged list). quantkit histograms whatever arrives; its ranges equal ORT's HistogramCollector (MinMax: ORT's
+    formulas) given every value the tensor held, bit for bit (percentile: within its stated tolerance)."""
+    import onnxruntime as ort
+    from onnxruntime.quantization.calibrate import HistogramCollector
+    from test_quantize_fixtures import variable_shape_model, write_model_intake
+
+    intake = write_model_intake(variable_shape_model(16), tmp_path / "intake", 16)
+    cset = CalibrationSet.load(make_set(tmp_path / "set", 5, size=32))
+    pre = ExportNote.load(intake / "export_note.json").preprocessing
+    run = collect_ranges(intake / "model.onnx", CalibrationSetReader(cset, pre), cfg, workdir=tmp_path)
+    assert "vals" in run.variable_shape and "vals" in run.tensors.data
+    tap = ort.InferenceSession(str(tmp_path / "tap_model.onnx"), _disabled())
+    names = sorted(run.tensors.data)
+    seen = {n: [] for n in names}
+    for _, batch in CalibrationSetReader(cset, pre).iter_batches():
+        for n, v in zip(names, tap.run(names, {"x": batch})):
+            seen[n].append(v.reshape(-1))
+    allv = {n: np.concatenate(v) for n, v in seen.items()}
+    assert len({v.size for v in seen["vals"]}) > 1  # the shape really changed
+    if cfg.method == "minmax":
+        ref = {n: (v.min(), v.max()) for n, v in allv.items()}
+        assert all(float(run.tensors[n].range_value[0][0]) == ref[n][0] and float(run.tensors[n].range_value[1][0]) == ref[n][1] for n in names)
+        return
+    p = adapter.calibrator_params(cfg)
+    c = HistogramCollector(method=p.method, symmetric=p.symmetric, num_bins=p.num_bins, num_quantized_bins=p.num_quantized_bins,
+                           percentile=p.percentile, scenario=p.scenario)
+    with quiet_ort():
+        c.collect(allv)
+        ref = c.compute_collection_result()
+    for n in names:
+        a = np.asarray(ref[n][:2] if isinstance(ref[n], tuple) else ref[n].range_value, np.float64)
+        b = np.asarray(run.tensors[n].range_value, np.float64)
+        if cfg.method == "percentile":
+            t = float(np.abs(allv[n]).max())
+            assert np.all(np.abs(a - b) <= 1.5 * t / p.num_bins * (1 + 1e-6)), n
+        else:
+            assert np.array_equal(a, b), n
+
+
+def _disabled():
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return so
+
+
+@pytest.mark.parametrize("method", ["minmax", "minmax-ema", "percentile", "entropy", "distribution"])
+def test_states_round_trip_through_plain_arrays(env, tmp_path, method):
+    """Every calibration state saves to arrays (np.savez, no pickle) and loads back to the same ranges, bit for bit."""
+    import io
+
+    from quantkit.quantize.calibrate import make_state
+    from quantkit.quantize.tap import TapSession
+
+    root, model, cset, pre = env
+    cfg = StaticQuantConfig(moving_average=True) if method == "minmax-ema" else StaticQuantConfig(method=method)
+    plan = adapter.calibration_plan(model, cfg, adapter.default_op_types("qdq"), tmp_path)
+    st = make_state(plan.params, list(plan.tensors))
+    r = CalibrationSetReader(cset, pre)
+    r.set_range(0, 3)
+    with TapSession(plan.tap_model, list(plan.tensors)) as tap:
+        for _, batch in r.iter_batches():
+            for n, v in zip(plan.tensors, tap.run({"x": batch})):
+                st.fold(1, n, v)
+    buf = io.BytesIO()
+    np.savez(buf, **st.to_arrays())
+    buf.seek(0)
+    with np.load(buf, allow_pickle=False) as z:
+        back = type(st).from_arrays({k: z[k] for k in z.files})
+    for name in plan.tensors[:60]:
+        assert back.extremes(name) == st.extremes(name)
+    if hasattr(st, "histogram_dict"):
+        h0, h1 = st.histogram_dict(), back.histogram_dict()
+        assert h0.keys() == h1.keys() and all(all(np.array_equal(a, b) for a, b in zip(h0[k], h1[k])) for k in h0)
+    else:
+        p0, p1 = st.pairs(plan.params.symmetric), back.pairs(plan.params.symmetric)
+        assert all(np.array_equal(p0[k][0], p1[k][0]) and np.array_equal(p0[k][1], p1[k][1]) for k in p0)
+
+
+def test_foreign_and_pickled_checkpoints_are_ignored_with_a_log_line(tmp_path, caplog):
+    import pickle  # noqa: S403 -- writes an old-style checkpoint to prove it is never unpickled
+
+    from quantkit.quantize import checkpoint as ck
+
+    key = ck.CheckpointKey.for_run("m", "s", "c")
+    old = tmp_path / "old"
+    old.write_bytes(pickle.dumps({"version": 2, "key": "x", "pass": 1, "done": 3, "state": {}}))
+    with caplog.at_level("WARNING", logger="quantkit.quantize.checkpoint"):
+        assert ck.load(old, key) is None
+        ck.save(tmp_path / "new", key, 1, 4, {"a": np.arange(3)})
+        got = ck.load(tmp_path / "new", key)
+        assert got is not None and (got.pass_no, got.done) == (1, 4) and np.array_equal(got.arrays["a"], np.arange(3))
+        import dataclasses
+
+        assert ck.load(tmp_path / "new", dataclasses.replace(key, set_id="other", numpy="0")) is None
+    assert "not a readable checkpoint" in caplog.text
+    assert "made for another run (set_id 's' != 'other'; numpy" in caplog.text

@@ -372,6 +372,14 @@ def run_static(prepared: Path, dest: Path, ranges: Any, kwargs: dict[str, Any], 
         quantize_static(str(prepared), str(dest), None, calibration_cache_path=str(cache), **kwargs)
 
 
+def pre_process(src: Path, dst: Path) -> None:
+    """ORT's ``quant_pre_process`` (graph optimizations + ONNX shape inference, symbolic inference skipped: shapes
+    are fixed by intake) from ``src`` to ``dst``."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    quant_pre_process(str(src), str(dst), skip_symbolic_shape=True)
+
+
 def run_dynamic(prepared: Path, dest: Path, kwargs: dict[str, Any]) -> None:
     """ORT ``quantize_dynamic``; ``kwargs`` from :func:`dynamic_kwargs`. ORT's exceptions propagate."""
     from onnxruntime.quantization import quantize_dynamic

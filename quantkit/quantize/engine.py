@@ -30,7 +30,7 @@ import numpy as np
 
 from .._io import atomic_output_dir, sha256_bytes, sha256_file
 from ..artifacts.record import CalibrationRecord, SetRef, TensorScale
-from ..errors import ConfigError, ModelError, QuantkitError, TargetSupportError, UnsupportedOptionError
+from ..errors import CalibrationSetError, ConfigError, ModelError, QuantkitError, TargetSupportError, UnsupportedOptionError
 from ..modelio import load_model, opset_of
 from ..note import ExportNote
 from ..versions import tool_versions
@@ -137,26 +137,6 @@ def _exclude_unobserved(model: Any, unobserved: tuple[str, ...], excluded: list[
     return more
 
 
-def _findings(model: Any, tensors: tuple[TensorScale, ...], ranges: Any, config: StaticQuantConfig, channels: Any,
-              pinned: list[str], levels_floor: float) -> dict[str, Any]:
-    """The record's account of what the written model computes (see :mod:`.outputs`); each finding logged."""
-    pairs = {k: (float(np.min(ranges[k].range_value[0])), float(np.max(ranges[k].range_value[1]))) for k in ranges.data}
-    found: dict[str, Any] = {"outputs": outputs.output_summary(model, tensors, pairs)}
-    if pinned:
-        found["outputs_pinned"] = pinned
-    changes = outputs.range_changes(model, tensors, pairs, config.symmetric_activations)
-    if changes:
-        found["range_changes"] = changes
-        for c in changes:
-            log.warning("%s", outputs.describe_change(c))
-    levels = [lv for lv in outputs.effective_levels_of(tensors, channels, levels_floor) if lv.collapsed]
-    if levels:
-        found["collapsed_outputs"] = [lv.to_dict() for lv in levels]
-        for lv in levels:
-            log.warning("%s", lv.describe())
-    return found
-
-
 def _static(model: Any, model_path: Path, note: ExportNote, config: StaticQuantConfig, calibration_set: Any,
             out: Path, checkpoint: Path | None, record: CalibrationRecord | None, replay_scales: bool = True,
             levels_floor: float = outputs.DEFAULT_LEVELS_FLOOR) -> CalibrationRecord:
@@ -198,7 +178,7 @@ def _static(model: Any, model_path: Path, note: ExportNote, config: StaticQuantC
         if floated:
             calib["float_nodes"] = sorted(set(calib.get("float_nodes", [])) | set(floated))
     tensors = extract_scales(q, prepared, ranges=ranges, calibrator=config.method)
-    calib.update(_findings(prepared, tensors, ranges, config, channels, pinned, levels_floor))
+    calib.update(outputs.findings(prepared, tensors, ranges, config.symmetric_activations, channels, pinned, levels_floor))
     rec = _record(tensors, model_digest, sha256_bytes(data), cs_info, config, opset_of(model), opset_of(q), "static", calib)
     full = {k: (float(np.min(ranges[k].range_value[0])), float(np.max(ranges[k].range_value[1]))) for k in sorted(ranges.data)}
     return dataclasses.replace(rec, calibrated_ranges=full)
@@ -332,7 +312,8 @@ def quantize(
         out: output folder; gets ``model_int8.onnx`` and ``record.json`` all at once, or nothing.
         calibration_set: set folder or :class:`quantkit.calibset.CalibrationSet` (static only).
         checkpoint: calibration checkpoint file (``.npz``); default ``<out parent>/.<out name>.calib-checkpoint``,
-            kept when the run fails (the next run resumes from it), removed when it succeeds.
+            kept when the run is interrupted or an image is unreadable (the next run resumes from it), removed
+            when it succeeds or fails with another error (its fix changes the model or config, hence the key).
         levels_floor: a channel of a quantized graph output spanning fewer quantization steps is flagged
             (record ``calibration["collapsed_outputs"]``, a warning); see :mod:`quantkit.quantize.outputs`.
 
@@ -360,9 +341,14 @@ def quantize(
     if not isinstance(config, StaticQuantConfig):
         raise TypeError(f"config must be StaticQuantConfig or DynamicQuantConfig, not {type(config).__name__}")
     ckpt = Path(checkpoint) if checkpoint is not None else out.parent / f".{out.name}.calib-checkpoint"
-    with atomic_output_dir(out) as tmp:
-        rec = _static(model, model_path, note, config, calibration_set, tmp, ckpt, None, levels_floor=levels_floor)
-        rec.save(tmp / RECORD_FILE)
+    try:
+        with atomic_output_dir(out) as tmp:
+            rec = _static(model, model_path, note, config, calibration_set, tmp, ckpt, None, levels_floor=levels_floor)
+            rec.save(tmp / RECORD_FILE)
+    except QuantkitError as e:
+        if not isinstance(e, CalibrationSetError):  # the fix changes the model or config, hence the key: no resume
+            ckpt.unlink(missing_ok=True)
+        raise
     ckpt.unlink(missing_ok=True)
     return rec
 

@@ -26,12 +26,15 @@ during calibration (:class:`OutputChannels`). A task adapter that knows its deci
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..artifacts.record import CalibrationRecord, TensorScale
+
+log = logging.getLogger(__name__)
 
 MAX_CHANNELS = 1024
 """Largest axis whose entries are treated as channels of a graph output."""
@@ -289,3 +292,30 @@ def relu_fed_outputs(model: Any, ranges: Mapping[str, Any], op_types: Iterable[s
                 and consumers.get(n.input[0]) == 1 and n.input[0] in ranges and n.output[0] in ranges:
             hit.append(n.input[0])
     return sorted(set(hit))
+
+
+def findings(model: Any, tensors: Sequence[TensorScale], ranges: Any, symmetric: bool, channels: Iterable[ChannelRange],
+             pinned: Sequence[str], levels_floor: float) -> dict[str, Any]:
+    """The record's account of what the written model computes: ``outputs`` always; ``outputs_pinned``,
+    ``range_changes`` and ``collapsed_outputs`` when not empty (each change and collapse logged as a warning).
+
+    Args:
+        model: the float model quantized; tensors: the record's rows; ranges: ORT ``TensorsData`` calibrated;
+        symmetric: activations quantized symmetrically; channels: graph outputs' channel ranges;
+        pinned: graph outputs kept at their own range; levels_floor: see :func:`effective_levels`.
+    """
+    pairs = {k: (float(np.min(ranges[k].range_value[0])), float(np.max(ranges[k].range_value[1]))) for k in ranges.data}
+    found: dict[str, Any] = {"outputs": output_summary(model, tensors, pairs)}
+    if pinned:
+        found["outputs_pinned"] = list(pinned)
+    changes = range_changes(model, tensors, pairs, symmetric)
+    if changes:
+        found["range_changes"] = changes
+        for c in changes:
+            log.warning("%s", describe_change(c))
+    levels = [lv for lv in effective_levels_of(tensors, channels, levels_floor) if lv.collapsed]
+    if levels:
+        found["collapsed_outputs"] = [lv.to_dict() for lv in levels]
+        for lv in levels:
+            log.warning("%s", lv.describe())
+    return found
