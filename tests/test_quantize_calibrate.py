@@ -36,12 +36,12 @@ def env(tmp_path_factory):
     return root, root / "prepared.onnx", cset, ExportNote.load(intake / "export_note.json").preprocessing
 
 
-def _ort_one_call(model: Path, reader, cfg: StaticQuantConfig, tmp: Path):
+def _ort_one_call(model: Path, reader, cfg: StaticQuantConfig, tmp: Path, op_types=None):
     from onnxruntime.quantization import CalibrationMethod
     from onnxruntime.quantization.calibrate import create_calibrator
 
     with quiet_ort():
-        cal = create_calibrator(model, adapter.default_op_types("qdq"), augmented_model_path=str(tmp / "aug.onnx"),
+        cal = create_calibrator(model, op_types or adapter.default_op_types("qdq"), augmented_model_path=str(tmp / "aug.onnx"),
                                 calibrate_method=getattr(CalibrationMethod, adapter.METHODS[cfg.method]),
                                 extra_options=adapter.calibrator_options(cfg))
         cal.collect_data(reader)
@@ -374,3 +374,79 @@ def test_foreign_and_pickled_checkpoints_are_ignored_with_a_log_line(tmp_path, c
         assert ck.load(tmp_path / "new", dataclasses.replace(key, set_id="other", numpy="0")) is None
     assert "not a readable checkpoint" in caplog.text
     assert "made for another run (set_id 's' != 'other'; numpy" in caplog.text
+
+
+def _chain_model(size: int = 16):
+    """x -> Conv -> Add(3) -> Clip(0, 6) -> Div(6) -> Mul(c, .) (hard-swish) ; Conv -> Relu ; Sub(1, .) ; Mul(-2) ; Sub(., 0.5)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    c = {k: numpy_helper.from_array(np.array(v, np.float32), k) for k, v in {"three": 3, "zero": 0, "six": 6, "one": 1, "m2": -2, "half": 0.5}.items()}
+    w = numpy_helper.from_array(np.random.default_rng(0).normal(0, 1, (4, 3, 3, 3)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c", "three"], ["a"], name="add3"), helper.make_node("Clip", ["a", "zero", "six"], ["k"], name="clip"),
+             helper.make_node("Div", ["k", "six"], ["d"], name="div6"), helper.make_node("Mul", ["c", "d"], ["hs"], name="hswish"),
+             helper.make_node("Relu", ["hs"], ["r"], name="relu"), helper.make_node("Sub", ["one", "r"], ["s"], name="rsub"),
+             helper.make_node("Mul", ["s", "m2"], ["n"], name="neg2"), helper.make_node("Sub", ["n", "half"], ["y"], name="sub")]
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, size, size])], [w, *c.values()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return onnx.shape_inference.infer_shapes(m)
+
+
+@pytest.mark.parametrize("cfg", [StaticQuantConfig(op_types_to_quantize=("Conv", "Add", "Clip", "Div", "Mul", "Relu", "Sub")),
+                                 StaticQuantConfig(op_types_to_quantize=("Conv", "Add", "Clip", "Div", "Mul", "Relu", "Sub"), moving_average=True),
+                                 StaticQuantConfig(op_types_to_quantize=("Conv", "Add", "Clip", "Div", "Mul", "Relu", "Sub"), method="entropy")],
+                         ids=["minmax", "minmax-ema", "entropy"])
+def test_derived_ranges_equal_ort_and_are_read_once(tmp_path, cfg, monkeypatch):
+    """Ranges of Relu / Clip / scalar Add, Sub (both operand orders), Mul (negative too) and Div outputs are derived
+    from their inputs' after the first image (quantize.derive): ORT's one-call calibrator gives the same, bit for
+    bit, and the tap model reads those tensors on the first image only."""
+    import onnx
+    from test_quantize_fixtures import write_model_intake
+
+    from quantkit.quantize import tap as tapmod
+
+    intake = write_model_intake(_chain_model(), tmp_path / "intake", 16)
+    cset = CalibrationSet.load(make_set(tmp_path / "set", 5, size=32))
+    pre = ExportNote.load(intake / "export_note.json").preprocessing
+    ops = list(cfg.op_types_to_quantize)
+    reads = []
+    real = tapmod.TapSession.__init__
+
+    def spy(self, model_path, names, **kw):
+        reads.append(list(names))
+        real(self, model_path, names, **kw)
+
+    monkeypatch.setattr(tapmod.TapSession, "__init__", spy)
+    run = collect_ranges(intake / "model.onnx", CalibrationSetReader(cset, pre), cfg, workdir=tmp_path, op_types=ops)
+    assert reads[0] == sorted(run.tensors.data) and set(reads[1]) == {"c", "hs", "x"}  # a, k, d, r, s, n, y: derived
+    ref = _ort_one_call(intake / "model.onnx", CalibrationSetReader(cset, pre), cfg, tmp_path, ops)
+    assert set(ref.data) == set(run.tensors.data)
+    for name in ref.data:
+        a, b = ref[name].range_value, run.tensors[name].range_value
+        assert np.asarray(a).tobytes() == np.asarray(b).tobytes(), name
+
+
+def test_a_derivation_that_disagrees_on_the_first_image_is_not_used(tmp_path, monkeypatch):
+    """Were an ORT kernel to round differently from the derivation, the first image shows it and the tensor is
+    read on every image instead."""
+    from test_quantize_fixtures import write_model_intake
+
+    from quantkit.quantize import derive
+
+    real = derive.Derivation.apply
+
+    def off_by_one_ulp_for_div(self, v):
+        out = real(self, v)
+        return np.nextafter(out, np.inf, dtype=out.dtype) if self.op == "Div" else out
+
+    monkeypatch.setattr(derive.Derivation, "apply", off_by_one_ulp_for_div)
+    intake = write_model_intake(_chain_model(), tmp_path / "intake", 16)
+    cset = CalibrationSet.load(make_set(tmp_path / "set", 3, size=32))
+    pre = ExportNote.load(intake / "export_note.json").preprocessing
+    cfg = StaticQuantConfig(op_types_to_quantize=("Conv", "Add", "Clip", "Div", "Mul", "Relu", "Sub"))
+    run = collect_ranges(intake / "model.onnx", CalibrationSetReader(cset, pre), cfg, workdir=tmp_path, op_types=list(cfg.op_types_to_quantize))
+    ref = _ort_one_call(intake / "model.onnx", CalibrationSetReader(cset, pre), cfg, tmp_path, list(cfg.op_types_to_quantize))
+    assert all(np.asarray(ref[n].range_value).tobytes() == np.asarray(run.tensors[n].range_value).tobytes() for n in ref.data)

@@ -9,10 +9,11 @@ Here one loop serves every method: each image runs the tap model (every calibrat
 tensors in parallel on a thread pool (:func:`fold_threads`):
 
 * MinMax (:class:`~.minmax.MinMaxState`): running min/max (``moving_average``: the per-image values ORT
-  averages); exact, bit for bit.
-* Percentile, and Entropy with ``num_quantized_bins >= num_bins`` (ORT's defaults): one streaming pass
-  (:class:`~.fine_histogram.FineHistogramState`); entropy exact, percentile within a stated tolerance (one ORT
-  bin plus one fine bin), checked per tensor, a failing tensor recounted exactly in a second pass.
+  averages); exact, bit for bit. Tensors whose range follows from another's (:mod:`.derive`) are read on the
+  first image only. Entropy with ``num_quantized_bins >= num_bins`` (ORT's defaults) is this too: its KL search
+  has a single candidate, the MinMax range (:meth:`~.minmax.MinMaxState.entropy_histograms`); exact.
+* Percentile: one streaming pass (:class:`~.fine_histogram.FineHistogramState`), within a stated tolerance (one
+  ORT bin plus one fine bin), checked per tensor, a failing tensor recounted exactly in a second pass.
 * Distribution, and Entropy with ``num_quantized_bins < num_bins``: two streaming passes on ORT's one-call
   bins (:class:`~.histogram.HistogramState`); exact.
 
@@ -38,12 +39,14 @@ from pathlib import Path
 from typing import Any, Union
 
 import numpy as np
+import onnx
 
 from ..errors import CalibrationSetError, ConfigError, ModelError
 from ..progress import progress
 from . import adapter
 from . import checkpoint as ckpt
 from .config import StaticQuantConfig
+from .derive import derivations
 from .fine_histogram import FineHistogramState
 from .histogram import HistogramState
 from .minmax import MinMaxState
@@ -111,11 +114,22 @@ def fold_threads() -> int:
     return max(1, min(8, os.cpu_count() or 1))
 
 
-def make_state(params: adapter.CalibratorParams, names: list[str]) -> State:
-    """The state that reproduces ``params``' calibrator (see the module docstring)."""
-    if params.method == "minmax":
-        return MinMaxState(names, params.moving_average)
-    if params.method == "percentile" or (params.method == "entropy" and params.num_quantized_bins >= params.num_bins):
+def _minmax_like(params: adapter.CalibratorParams) -> bool:
+    return params.method == "minmax" or (params.method == "entropy" and params.num_quantized_bins >= params.num_bins)
+
+
+def make_state(params: adapter.CalibratorParams, names: list[str], derivations: dict[str, Any] | None = None,
+               arrays: dict[str, np.ndarray] | None = None) -> State:
+    """The state that reproduces ``params``' calibrator (see the module docstring), empty or rebuilt from a
+    checkpoint's ``arrays``. ``derivations``: :func:`quantkit.quantize.derive.derivations` (MinMax-like only)."""
+    if _minmax_like(params):
+        if arrays is not None:
+            return MinMaxState.from_arrays(arrays, derivations)
+        return MinMaxState(names, params.moving_average, derivations)
+    cls = FineHistogramState if params.method == "percentile" else HistogramState
+    if arrays is not None:
+        return cls.from_arrays(arrays)
+    if cls is FineHistogramState:
         return FineHistogramState(names, params.num_bins, params.absolute, params.tail_fraction)
     return HistogramState(names, params.absolute, params.num_bins)
 
@@ -179,7 +193,8 @@ class _Pass:
         if not names:
             return 0
         starts = range(first, self.n_batches, self.chunk)
-        with TapSession(self.tap_model, names) as tap:
+        tap = TapSession(self.tap_model, names).__enter__()
+        try:
             for s in progress(starts, total=len(starts), desc=self.desc, unit="chunk"):
                 e = min(s + self.chunk, self.n_batches)
                 self.reader.set_range(s, e)
@@ -192,10 +207,17 @@ class _Pass:
                         first_line = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
                         raise ModelError(f"{self.where}: ONNX Runtime failed while calibrating batches {s}..{e - 1} ({first_line})") from None
                     _fold(state, pass_no, names, outs, pool, channels)
+                    state.settle()
+                    dynamic.update(tap.dynamic_names)
+                    if state.pass_names(pass_no) != names:  # fewer tensors to read from now on (derived ranges)
+                        tap.__exit__(None, None, None)
+                        names = state.pass_names(pass_no)
+                        tap = TapSession(self.tap_model, names).__enter__()
                 if not got:
                     raise CalibrationSetError(f"{self.where}: batches {s}..{e - 1} gave no readable image; fix or remove those images")
-                dynamic.update(tap.dynamic_names)
                 save(pass_no, e, force=e == self.n_batches)
+        finally:
+            tap.__exit__(None, None, None)
         return len(starts)
 
 
@@ -258,7 +280,8 @@ def collect_ranges(
     if n_batches == 0:
         raise CalibrationSetError(f"{where}: no images to calibrate on; add images and register the set again")
     plan = adapter.calibration_plan(model_path, config, op_types or adapter.default_op_types("qdq"), workdir)
-    state: State = make_state(plan.params, list(plan.tensors))
+    derivs = derivations(onnx.load(str(plan.tap_model), load_external_data=False), plan.tensors) if _minmax_like(plan.params) else None
+    state: State = make_state(plan.params, list(plan.tensors), derivs)
     key = dataclasses.replace(key, state=type(state).__name__) if key is not None else None
     channels = OutputChannels({n: ax for n, ax in (outputs or {}).items() if n in plan.tensors})
     pass_no, done, dynamic = 1, 0, set()
@@ -267,7 +290,8 @@ def collect_ranges(
         if saved is not None:
             ch = {k[3:]: v for k, v in saved.arrays.items() if k.startswith("ch.")}
             dynamic = {str(n) for n in saved.arrays.get("variable_shape", ())}
-            state = type(state).from_arrays({k: v for k, v in saved.arrays.items() if not k.startswith("ch.") and k != "variable_shape"})
+            state = make_state(plan.params, list(plan.tensors), derivs,
+                               {k: v for k, v in saved.arrays.items() if not k.startswith("ch.") and k != "variable_shape"})
             channels, pass_no, done = OutputChannels.from_arrays(ch), saved.pass_no, saved.done
             log.info("resuming calibration from %s at pass %d after %d of %d batches", checkpoint, pass_no, done, n_batches)
     resumed = done + (n_batches if pass_no == 2 else 0)
@@ -282,11 +306,17 @@ def collect_ranges(
                 break
             pass_no, done = pass_no + 1, 0
             save(pass_no, 0)
-    if isinstance(state, MinMaxState):
+    if isinstance(state, MinMaxState) and plan.params.method == "entropy":
+        ranges = adapter.histogram_ranges(plan.params, state.entropy_histograms(plan.params.num_bins))
+    elif isinstance(state, MinMaxState):
         ranges = adapter.minmax_ranges(state.pairs(plan.params.symmetric))
     else:
         ranges = adapter.histogram_ranges(plan.params, state.histogram_dict())
     unobserved = tuple(n for n in plan.tensors if state.extremes(n) is None)
+    if isinstance(state, MinMaxState):  # a tensor derived from a variable-shaped one is variable-shaped too
+        for t, d in state.derived.items():
+            if d.source in dynamic:
+                dynamic.add(t)
     warning = _entropy_warning(plan.params, state, ranges)
     count = getattr(getattr(reader, "cset", None), "count", n_batches * bs)
     images = min(n_batches * bs, count, config.max_images or count)

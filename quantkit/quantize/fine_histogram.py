@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from .histogram import HistogramState, array_to_scalars, scalars_to_array
+from .minmax import BLOCK
 
 
 class FineHistogramState:
@@ -135,6 +136,8 @@ class FineHistogramState:
         a = np.asarray(arr).reshape(-1)
         if a.size == 0:
             return
+        if self.half.get(name, 0.0) > 0.0 and (self.need == 0.0 or self.cut.get(name) is not None) and self._update_blocked(name, a):
+            return
         mn, mx = np.min(a), np.max(a)
         if np.isnan(mn) or np.isnan(mx):
             a = a[~np.isnan(a)]
@@ -173,13 +176,8 @@ class FineHistogramState:
             self.cut[name] = self._choose_cut(self.counts[name], half)
             self.bulk[name] = 0
             return
-        if t > half:  # widen by 2**k: old fine bin j falls in zero_bin + floor((j - zero_bin) / 2**k)
-            k = 1
-            while half * 2**k < t:
-                k += 1
-            idx = self.zero_bin + np.floor_divide(np.arange(self.fine) - self.zero_bin, 2**k)
-            self.counts[name] = np.bincount(idx, weights=self.counts[name], minlength=self.fine).round().astype(np.int64)
-            self.half[name] = half = half * 2**k
+        self._widen(name, t)
+        half = self.half[name]
         if self.need == 0.0:  # entropy: the range reads no counts (see the class docstring)
             self.bulk[name] += a.size
             return
@@ -196,6 +194,65 @@ class FineHistogramState:
         sel = src[m1]
         self.bulk[name] += a.size - sel.size
         self.counts[name] += self._bins(sel, half)
+
+    def _update_blocked(self, name: str, a: Any) -> bool:
+        """:meth:`update` for a batch after the first (cut-offs known), reading ``a`` once in blocks of
+        :data:`~quantkit.quantize.minmax.BLOCK` elements: min, max, min|x| and the tail selection of a block are
+        taken while it is in cache, and a block wholly inside the cut-offs is not compared at all. The same state
+        as the whole-array path, bit for bit (same elements selected, in the same order). Returns False, having
+        changed nothing, when a block holds a NaN (the whole-array path drops NaNs)."""
+        old, cut = self.stats[name], self.cut.get(name)
+        need_amin = self.absolute and old[2] > 0  # once min|x| is 0 it stays 0
+        mn = mx = amin = None
+        picked = []
+        scratch = self._buffers(min(a.size, BLOCK))[0]
+        for s in range(0, a.size, BLOCK):
+            b = a[s:s + BLOCK]
+            bmn, bmx = np.min(b), np.max(b)
+            if np.isnan(bmn) or np.isnan(bmx):
+                return False
+            mn, mx = (bmn, bmx) if mn is None else (min(mn, bmn), max(mx, bmx))
+            if need_amin:
+                bam = abs(bmn) if bmn >= 0 else abs(bmx) if bmx <= 0 else np.min(np.absolute(b, out=scratch[: b.size], casting="unsafe")).astype(bmn.dtype)
+                amin = bam if amin is None else min(amin, bam)
+            if self.need == 0.0 or cut is None:
+                continue
+            if self.absolute:
+                if bmx < cut[1] and bmn > -cut[1]:
+                    continue
+                ab = np.absolute(b, out=scratch[: b.size], casting="unsafe")
+                picked.append(ab[ab >= cut[1]])
+            elif bmn > cut[0] and bmx < cut[1]:
+                continue
+            else:
+                picked.append(b[(b <= cut[0]) | (b >= cut[1])])
+        t = float(max(abs(mn), abs(mx)))
+        if not np.isfinite(t):
+            raise ValueError(f"tensor {name!r} has an infinite value; its histogram range is not finite")
+        self.stats[name] = [min(old[0], mn), max(old[1], mx), min(old[2], amin if amin is not None else mn.dtype.type(0))]
+        if t == 0.0:  # all zeros: exact wherever bin 0 is
+            self.counts[name][self.zero_bin] += a.size
+            return True
+        self._widen(name, t)
+        if self.need == 0.0:  # entropy: the range reads no counts (see the class docstring)
+            self.bulk[name] += a.size
+            return True
+        sel = np.concatenate(picked) if picked else np.empty(0, np.float32)
+        self.bulk[name] += a.size - sel.size
+        self.counts[name] += self._bins(sel, self.half[name])
+        return True
+
+    def _widen(self, name: str, t: float) -> None:
+        """Widen the fine grid by 2**k until it covers ``t``: old fine bin j falls in ``zero_bin + floor((j - zero_bin) / 2**k)``."""
+        half = self.half[name]
+        if t <= half:
+            return
+        k = 1
+        while half * 2**k < t:
+            k += 1
+        idx = self.zero_bin + np.floor_divide(np.arange(self.fine) - self.zero_bin, 2**k)
+        self.counts[name] = np.bincount(idx, weights=self.counts[name], minlength=self.fine).round().astype(np.int64)
+        self.half[name] = half * 2**k
 
     def _fine_final(self, name: str) -> Any:
         """Fine counts with the mass of the inexact bins (between the cut-offs) lumped into the first of them."""
@@ -282,6 +339,9 @@ class FineHistogramState:
             mn, mx, amin = self.stats[name]
             self.repair.stats[name] = [mn, mx, amin, max(abs(mn), abs(mx))]
         return True
+
+    def settle(self) -> None:
+        """After an image: nothing to do (the pass interface of :mod:`quantkit.quantize.calibrate`)."""
 
     def extremes(self, name: str) -> tuple[Any, Any] | None:
         """Exact ``(min, max)`` seen for ``name`` (data dtype), or None when it was never seen."""

@@ -76,6 +76,9 @@ class HistogramState:
         """True while another pass is needed."""
         return pass_no == 1 and bool(self.stats)
 
+    def settle(self) -> None:
+        """After an image: nothing to do (the pass interface of :mod:`quantkit.quantize.calibrate`)."""
+
     def observe(self, name: str, arr: Any) -> None:
         """Pass 1: fold one batch's tensor into the running ``[min, max, min|x|, max|x|]`` (NaN ignored, as ``np.nanmin``)."""
         a = np.asarray(arr).reshape(-1)

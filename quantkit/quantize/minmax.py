@@ -14,6 +14,10 @@ operations, so the ranges equal ORT's bit for bit (tests compare them), with two
   ``-inf``, which the ``nanmin`` over images then ignores; here the image adds nothing, the same result. A
   tensor that is empty on every image has no range (:meth:`MinMaxState.extremes` is None).
 
+Tensors whose range follows exactly from another's (:mod:`.derive`: ReLU, constant Clip, scalar Add/Sub/Mul/Div)
+are read on the first image only, to check the derivation bit for bit; afterwards their ranges are computed from
+their sources' and the tap model no longer outputs them (:meth:`MinMaxState.pass_names`).
+
 Memory: two numbers per tensor, plus two per image per tensor with ``moving_average`` (as ORT keeps).
 """
 
@@ -22,6 +26,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
+from . import derive
 
 BLOCK = 1 << 16
 """Elements per block of the blocked reduction (256 KiB of float32: min and max read it from L2 cache)."""
@@ -46,21 +52,56 @@ class MinMaxState:
     Args:
         names: calibrated tensors.
         moving_average: keep every image's min/max for ORT's ``np.nanmean`` (``CalibMovingAverage``).
+        derivations: candidates from :func:`quantkit.quantize.derive.derivations`; checked on the first image.
     """
 
     passes = 1
 
-    def __init__(self, names: list[str], moving_average: bool = False) -> None:
+    def __init__(self, names: list[str], moving_average: bool = False, derivations: dict[str, derive.Derivation] | None = None) -> None:
         self.names = list(names)
         self.moving_average = moving_average
         self.lo: dict[str, Any] = {}  # name -> float (1,) array, ORT's shape; moving average: list of them
         self.hi: dict[str, Any] = {}
+        self.candidates = dict(derivations or {})
+        self.derived: dict[str, derive.Derivation] = {}  # checked on the first image; not read afterwards
+        self.settled = not self.candidates
 
     def pass_names(self, pass_no: int) -> list[str]:
-        return self.names
+        """Every tensor until the derivations are checked, then only those not derived."""
+        return self.names if not self.derived else [n for n in self.names if n not in self.derived]
 
     def end_pass(self, pass_no: int) -> bool:
         return False
+
+    def settle(self) -> None:
+        """After an image: check the derivation candidates once, against the first image's own values (bit for bit,
+        sign of zero included); those that agree are derived from then on (their own values are dropped)."""
+        if self.settled or not self.lo:
+            return
+        self.settled = True
+        ok = {}
+        for t, d in self.candidates.items():
+            if t in self.lo and d.source in self.lo:  # each link of a chain against values read on this image
+                a, b = self._read(d.source)
+                lo, hi = self._read(t)
+                if derive.matches(d, a, b, lo, hi):
+                    ok[t] = d
+        for t in ok:
+            del self.lo[t], self.hi[t]
+        self.derived = ok
+
+    def _read(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        if self.moving_average:
+            return np.stack(self.lo[name]), np.stack(self.hi[name])
+        return self.lo[name], self.hi[name]
+
+    def _values(self, name: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(lo, hi)``: (1,) arrays (moving average: (images, 1)), derived through the chain where checked."""
+        d = self.derived.get(name)
+        if d is not None:
+            src = self._values(d.source)
+            return None if src is None else d.extremes(*src)
+        return self._read(name) if name in self.lo else None
 
     def fold(self, pass_no: int, name: str, arr: Any) -> None:
         """Fold one image's tensor (any shape, float)."""
@@ -80,28 +121,46 @@ class MinMaxState:
 
     def extremes(self, name: str) -> tuple[Any, Any] | None:
         """Exact ``(min, max)`` over every image (data dtype scalars), or None when never seen."""
-        if name not in self.lo:
+        v = self._values(name)
+        if v is None:
             return None
-        if self.moving_average:
-            return np.fmin.reduce(np.concatenate(self.lo[name])), np.fmax.reduce(np.concatenate(self.hi[name]))
-        return self.lo[name][0], self.hi[name][0]
+        return np.fmin.reduce(v[0].reshape(-1)), np.fmax.reduce(v[1].reshape(-1))
 
     def pairs(self, symmetric: bool) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """``{tensor: (lowest, highest)}`` as ORT's ``MinMaxCalibrater.compute_data`` builds them (float (1,)
         arrays); tensors never seen are left out."""
         out = {}
         for name in self.names:
-            if name not in self.lo:
+            v = self._values(name)
+            if v is None:
                 continue
             if self.moving_average:
-                lo, hi = np.nanmean(self.lo[name], axis=0), np.nanmean(self.hi[name], axis=0)
+                lo, hi = np.nanmean(v[0], axis=0), np.nanmean(v[1], axis=0)
             else:
-                lo, hi = self.lo[name], self.hi[name]
+                lo, hi = v
             if symmetric:
                 m = np.nanmax([np.abs(lo), np.abs(hi)], axis=0)
                 out[name] = (-m, m)
             else:
                 out[name] = (lo, hi)
+        return out
+
+    def entropy_histograms(self, num_bins: int) -> dict[str, tuple[Any, ...]]:
+        """ORT's one-call histograms for Entropy when ``num_quantized_bins >= num_bins`` (ORT's defaults): its KL
+        search then has one candidate, ``(-t, t)`` on the edges of ``np.histogram(x, num_bins, range=(-t, t))``,
+        clipped to ``[min, max]`` -- the MinMax range, whatever the counts. Edges, min, max and ``t`` are exact;
+        the counts (which ORT keeps in ``TensorData.hist``, unused by quantkit) are all put in the bin holding 0."""
+        out = {}
+        for name in self.names:
+            ext = self.extremes(name)
+            if ext is None:
+                continue
+            mn, mx = ext
+            t = np.array(max(abs(mn), abs(mx)), dtype=mn.dtype)
+            _, e = np.histogram(np.empty(0, dtype=mn.dtype), num_bins, range=(-t, t))  # type: ignore[arg-type]
+            h = np.zeros(num_bins, np.int64)
+            h[num_bins // 2] = 1
+            out[name] = (h, e.astype(mn.dtype), mn, mx, t)
         return out
 
     # -- checkpoint arrays ------------------------------------------------------------------------------------
@@ -120,12 +179,15 @@ class MinMaxState:
                 dtypes[i] = vals_lo.dtype.name
         counts = np.array([len(self.lo[n]) if self.moving_average and n in self.lo else int(n in self.lo) for n in self.names], np.int64)
         return {"names": np.array(self.names, dtype=str), "moving_average": np.array(self.moving_average),
-                "lo": lo, "hi": hi, "dtypes": dtypes, "counts": counts}
+                "lo": lo, "hi": hi, "dtypes": dtypes, "counts": counts, "settled": np.array(self.settled),
+                "derived": np.array(list(self.derived), dtype=str)}
 
     @classmethod
-    def from_arrays(cls, a: dict[str, np.ndarray]) -> MinMaxState:
-        """Rebuild a state saved by :meth:`to_arrays` (bit for bit)."""
-        st = cls([str(n) for n in a["names"]], bool(a["moving_average"]))
+    def from_arrays(cls, a: dict[str, np.ndarray], derivations: dict[str, derive.Derivation] | None = None) -> MinMaxState:
+        """Rebuild a state saved by :meth:`to_arrays` (bit for bit); ``derivations``: the candidates it was made with."""
+        st = cls([str(n) for n in a["names"]], bool(a["moving_average"]), derivations)
+        st.settled = bool(a["settled"]) if "settled" in a else not st.candidates
+        st.derived = {str(n): st.candidates[str(n)] for n in a.get("derived", ())}
         for i, n in enumerate(st.names):
             k = int(a["counts"][i])
             if k == 0:
