@@ -140,3 +140,13 @@ def test_calibrator_defaults_are_those_create_calibrator_builds(tmp_path):
         assert got == defaults, method
         p = adapter.calibrator_params(StaticQuantConfig(method=method))
         assert {k: getattr(p, k) for k in defaults} == defaults
+
+
+def test_config_types_are_the_dtypes_table():
+    """The typed field's allowed names are exactly the quantizable types of quantkit.dtypes (one table)."""
+    from typing import get_args
+
+    from quantkit.dtypes import QUANT_TYPE_NAMES
+    from quantkit.quantize.config import QType
+
+    assert get_args(QType) == QUANT_TYPE_NAMES

@@ -221,6 +221,22 @@ class _Pass:
         return len(starts)
 
 
+def _ranges(plan: adapter.CalibrationPlan, state: State, dynamic: set[str]) -> tuple[Any, tuple[str, ...]]:
+    """ORT ``TensorsData`` from the final state, and the tensors never seen; marks tensors derived from a
+    variable-shaped one as variable-shaped (in ``dynamic``)."""
+    if isinstance(state, MinMaxState) and plan.params.method == "entropy":
+        ranges = adapter.histogram_ranges(plan.params, state.entropy_histograms(plan.params.num_bins))
+    elif isinstance(state, MinMaxState):
+        ranges = adapter.minmax_ranges(state.pairs(plan.params.symmetric))
+    else:
+        ranges = adapter.histogram_ranges(plan.params, state.histogram_dict())
+    if isinstance(state, MinMaxState):
+        for t, d in state.derived.items():
+            if d.source in dynamic:
+                dynamic.add(t)
+    return ranges, tuple(n for n in plan.tensors if state.extremes(n) is None)
+
+
 def _entropy_warning(params: adapter.CalibratorParams, state: State, ranges: Any) -> str | None:
     """A warning when Entropy gave every tensor exactly its MinMax range (issue 17: the default bins do)."""
     if params.method != "entropy" or not ranges.data:
@@ -306,17 +322,7 @@ def collect_ranges(
                 break
             pass_no, done = pass_no + 1, 0
             save(pass_no, 0)
-    if isinstance(state, MinMaxState) and plan.params.method == "entropy":
-        ranges = adapter.histogram_ranges(plan.params, state.entropy_histograms(plan.params.num_bins))
-    elif isinstance(state, MinMaxState):
-        ranges = adapter.minmax_ranges(state.pairs(plan.params.symmetric))
-    else:
-        ranges = adapter.histogram_ranges(plan.params, state.histogram_dict())
-    unobserved = tuple(n for n in plan.tensors if state.extremes(n) is None)
-    if isinstance(state, MinMaxState):  # a tensor derived from a variable-shaped one is variable-shaped too
-        for t, d in state.derived.items():
-            if d.source in dynamic:
-                dynamic.add(t)
+    ranges, unobserved = _ranges(plan, state, dynamic)
     warning = _entropy_warning(plan.params, state, ranges)
     count = getattr(getattr(reader, "cset", None), "count", n_batches * bs)
     images = min(n_batches * bs, count, config.max_images or count)

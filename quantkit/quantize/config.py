@@ -22,11 +22,12 @@ import dataclasses
 from typing import Literal
 
 from ..config import Config
+from ..dtypes import int_type
 from ..errors import ConfigError, UnsupportedOptionError
 
 Method = Literal["minmax", "entropy", "percentile", "distribution"]
 Format = Literal["qdq", "qoperator"]
-QType = Literal["uint8", "int8", "uint16", "int16", "uint4", "int4"]
+QType = Literal["uint8", "int8", "uint16", "int16", "uint4", "int4"]  # = quantkit.dtypes.QUANT_TYPE_NAMES (a test checks)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,11 +193,11 @@ def check_static(c: StaticQuantConfig) -> None:
     a, w = c.activation_type, c.weight_type
     if a == "int8" and w == "uint8":
         raise UnsupportedOptionError("activation_type int8 with weight_type uint8 is rejected by ORT; use uint8/int8 or int8/int8")
-    wide = [n for n, t in (("activation_type", a), ("weight_type", w)) if t.endswith(("16", "4"))]
+    wide = [n for n, t in (("activation_type", a), ("weight_type", w)) if int_type(t).bits != 8]
     if wide and c.format != "qdq":
         raise UnsupportedOptionError(f"{wide[0]}: 16- and 4-bit types need format: qdq (ORT's QOperator kernels are 8-bit); set format: qdq")
     for name, ov in c.tensor_overrides.items():
-        if ov.quant_type is not None and ov.quant_type.endswith(("16", "4")) and c.format != "qdq":
+        if ov.quant_type is not None and int_type(ov.quant_type).bits != 8 and c.format != "qdq":
             raise UnsupportedOptionError(f"tensor_overrides.{name}.quant_type: {ov.quant_type} needs format: qdq")
 
 

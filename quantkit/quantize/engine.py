@@ -167,7 +167,7 @@ def _static(model: Any, model_path: Path, note: ExportNote, config: StaticQuantC
             ranges = adapter.ranges_from_pairs(config.method, _recorded_pairs(record))
             overrides = adapter.replay_overrides(record.tensors) if replay_scales else {}
             calib = {"replayed_from" if replay_scales else "ranges_from": record.fingerprint}
-            for k in ("float_nodes", "variable_shape"):  # what the recorded run kept in float, and why
+            for k in ("float_nodes", "variable_shape", "outputs_pinned"):  # what the recorded run decided, and why
                 if record.calibration.get(k):
                     calib[k] = list(record.calibration[k])
             excluded = excluded + [n for n in calib.get("float_nodes", []) if n not in excluded]

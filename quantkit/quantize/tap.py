@@ -84,7 +84,8 @@ class TapSession:
         self._bound = [n for n in self.names if n not in self._inputs]
         for name in self._bound:
             if self._static(name) and tuple(self._declared[name][0]) == outs[name].shape:
-                buf = np.empty_like(outs[name])
+                o = outs[name]  # the plain run's own array becomes the buffer: one copy of every tensor, not two
+                buf = o if o.flags.c_contiguous and o.flags.writeable and o.flags.owndata else np.empty_like(o)
                 self._binding.bind_output(name, "cpu", 0, buf.dtype, list(buf.shape), buf.ctypes.data)
                 self._buffers[name] = buf
             else:
