@@ -19,7 +19,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--params", metavar="YAML", help="params file with a 'quantize' section (default: built-in defaults)")
     p.add_argument("--section", default="quantize", help="params section to read (default: quantize)")
     p.add_argument("--method", choices=["minmax", "entropy", "percentile", "distribution"], help="override the calibration method")
-    p.add_argument("--chunk-size", type=int, metavar="N", help="override calibration_chunk_size (images per collect call)")
+    p.add_argument("--chunk-size", type=int, metavar="N", help="override calibration_chunk_size (images per chunk: progress and checkpoint unit)")
     p.add_argument("--max-images", type=int, metavar="N", help="calibrate on the first N images only")
     p.add_argument("--checkpoint", metavar="FILE", help="calibration checkpoint file (default: next to --out; resumes an interrupted run)")
     p.add_argument("--min-levels", type=float, metavar="N", help="flag output channels spanning fewer quantization steps "

@@ -109,8 +109,9 @@ class StaticQuantConfig(_Common):
         distribution_scenario: distribution only, "same" | "p3".
         moving_average / averaging_constant: minmax only (``CalibMovingAverage[Constant]``); the constant
             in [0, 1], only with ``moving_average``.
-        calibration_chunk_size: images per ``collect_data`` call; peak memory grows with it, not with the
-            set size (quantkit's own knob, see :mod:`quantkit.quantize.calibrate`).
+        calibration_chunk_size: images per chunk, the unit of progress and of checkpoints (a chunk is saved
+            at most every 10 s); images are read one at a time, so peak memory depends on neither it nor
+            the set size (quantkit's own knob, see :mod:`quantkit.quantize.calibrate`).
         max_images: calibrate on the first N images of the set (manifest order); None = all.
         nodes_to_exclude / node_patterns_to_exclude (regex, full match) / op_types_to_exclude: kept in
             float (``nodes_to_exclude`` / ``op_types_to_quantize``); each must match the model.
