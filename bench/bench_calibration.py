@@ -1,7 +1,10 @@
-"""Calibration benchmark: quantkit's bounded calibration vs ORT's own ``quantize_static``, side by side.
+"""Calibration benchmark: quantkit's bounded calibration vs ORT's own ``quantize_static`` and vs a plain FP32
+forward pass over the same images, side by side in one run.
 
-For every (implementation, method, N) it runs one quantization in a fresh subprocess and reports, as
-JSON on stdout:
+For every (implementation, method, N) it runs one quantization in a fresh subprocess, and before each of them
+a plain FP32 forward pass (decode + preprocess + ``session.run`` at ORT's defaults: all graph optimizations,
+one intra-op thread per core) over the same N images in its own subprocess, so the two alternate
+(forward, method, forward, method, ...). It reports, as JSON on stdout:
 
 * ``peak_rss_mb``: the child's peak resident set size (``os.wait4`` rusage ``ru_maxrss``, KiB on Linux);
 * ``seconds`` and ``seconds_per_image`` of the whole quantization (calibration + quantizer);
@@ -10,6 +13,10 @@ JSON on stdout:
 * ``pixel_iou``: IoU of the binarized probability maps (``> thresh``, default 0.3) INT8 vs FP32, pooled
   over the evaluation images (the issue's agreement measure).
 
+* ``forward_s_per_image``: the median over this N's forward runs; ``calibration_vs_forward`` (quantkit's
+  calibration step per image / a forward pass per image) and ``quantize_vs_forward`` (the whole quantization
+  per image, quantizer and checks included) -- issue 16's "calibration at the cost of a forward pass".
+
 ORT's histogram methods are skipped for N above ``--ort-max-n`` (they hold every activation of every
 image; MinMax keeps only reduced values and always runs).
 
@@ -17,6 +24,9 @@ Usage::
 
     python bench/bench_calibration.py --size 640 --n 8 32 --methods minmax percentile entropy \\
         [--set DIR] [--intake DIR] [--impl quantkit ort] [--chunk 1] [--eval-images 4]
+
+    # issue 16's goal, quantkit only, on the demo set (64 images at 640x640):
+    python bench/bench_calibration.py --size 640 --n 64 --impl quantkit --methods minmax percentile entropy
 
 Without ``--intake`` the embedded PP-OCR detector is prepared at ``--size`` (opset 13, fixed shape);
 without ``--set`` the demo's calibration set ``calibration_sets/cam1-day`` (64 images) is used, its images
@@ -37,6 +47,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 
 def _prepare_intake(folder: Path, size: int) -> Path:
@@ -104,6 +116,29 @@ def _default_set(folder: Path, n: int, size: int) -> Path:
         shutil.copyfile(src, folder / "images" / f"{i:05d}{src.suffix}")
     register_set(folder, name="bench-cam1-day-cycled", kind="calibration", camera="cam1", lighting="day", site="bench")
     return folder
+
+
+def _forward(a: argparse.Namespace) -> None:
+    """Runs in the child: a plain FP32 forward pass over the first N images (cycled set); prints one JSON line."""
+    import numpy as np
+
+    from quantkit.calibset import CalibrationSet, CalibrationSetReader
+    from quantkit.note import ExportNote
+    from quantkit.runner import OrtRunner
+
+    cset = CalibrationSet.load(a.set)
+    pre = ExportNote.load(Path(a.intake) / "export_note.json").preprocessing
+    reader = CalibrationSetReader(cset, pre)
+    reader.set_range(0, a.n)
+    with OrtRunner(Path(a.intake) / "model.onnx") as fp:
+        fp.infer({pre.input_name: np.zeros((1, 3, a.size, a.size), np.float32)})  # session warm-up, as calibration creates its own
+        t0 = time.perf_counter()
+        n = 0
+        while (feed := reader.get_next()) is not None:
+            fp.infer(feed)
+            n += 1
+        seconds = time.perf_counter() - t0
+    print(json.dumps({"forward_seconds": round(seconds, 3), "forward_s_per_image": round(seconds / n, 4), "images": n}))
 
 
 def _worker(a: argparse.Namespace) -> None:
@@ -185,7 +220,8 @@ def main() -> None:
     p.add_argument("--size", type=int, default=640)
     p.add_argument("--n", type=int, nargs="+", default=[8, 32])
     p.add_argument("--methods", nargs="+", default=["minmax", "percentile", "entropy"])
-    p.add_argument("--impl", nargs="+", default=["quantkit", "ort"], choices=["quantkit", "ort"])
+    p.add_argument("--impl", nargs="+", default=["quantkit", "ort"], choices=["quantkit", "ort"],
+                   help="implementations to time (a forward pass is always timed before each)")
     p.add_argument("--ort-max-n", type=int, default=8, help="skip ORT's quantize_static above this N (memory)")
     p.add_argument("--chunk", type=int, default=1, help="quantkit calibration_chunk_size")
     p.add_argument("--eval-images", type=int, default=4)
@@ -200,13 +236,13 @@ def main() -> None:
     a = p.parse_args()
     if a.worker:
         a.impl, a.n = a.impl_one, a.n_one
-        _worker(a)
+        (_forward if a.impl == "forward" else _worker)(a)
         return
     with tempfile.TemporaryDirectory(prefix="quantkit-bench-") as tmp_s:
         tmp = Path(tmp_s)
         intake = Path(a.intake) if a.intake else _prepare_intake(tmp / "intake", a.size)
         cset = Path(a.set) if a.set else _default_set(tmp / "set", max(a.n), a.size)
-        results = []
+        results, forwards = [], {}
         for n in a.n:
             for method in a.methods:
                 for impl in a.impl:
@@ -214,22 +250,19 @@ def main() -> None:
                     if impl == "ort" and method != "minmax" and n > a.ort_max_n:
                         results.append({**row, "skipped": f"N > --ort-max-n {a.ort_max_n} (holds all activations)"})
                         continue
-                    cmd = [sys.executable, __file__, "--worker", "--impl1", impl, "--method", method, "--n1", str(n), "--chunk", str(a.chunk),
-                           "--set", str(cset), "--intake", str(intake), "--out", str(tmp / f"out-{impl}-{method}-{n}"),
-                           "--eval-images", str(a.eval_images), "--thresh", str(a.thresh)]
-                    with open(tmp / "stdout", "w+") as so, open(tmp / "stderr", "w+") as se:
-                        proc = subprocess.Popen(cmd, stdout=so, stderr=se, text=True)
-                        _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak RSS
-                        proc.returncode = os.waitstatus_to_exitcode(status)
-                        so.seek(0)
-                        se.seek(0)
-                        out, err = so.read(), se.read()
-                    ru = usage.ru_maxrss
-                    if proc.returncode != 0:
-                        results.append({**row, "error": (err.strip().splitlines() or ["?"])[-1]})
-                        continue
-                    results.append({**row, **json.loads(out.strip().splitlines()[-1]), "peak_rss_mb": round(ru / 1024, 1)})
+                    fw = _child(tmp, "forward", method, n, a, cset, intake)  # interleaved: a forward pass before each method
+                    if "forward_s_per_image" in fw:
+                        forwards.setdefault(n, []).append(fw)
+                    results.append({**row, **_child(tmp, impl, method, n, a, cset, intake)})
                     print(json.dumps(results[-1]), file=sys.stderr)
+        for n, runs in forwards.items():  # each quantization against a forward pass over the same images, from this run
+            fwd = float(np.median([f["forward_s_per_image"] for f in runs]))
+            for r in results:
+                if r["n"] == n and "seconds_per_image" in r:
+                    r["forward_s_per_image"] = round(fwd, 4)
+                    r["quantize_vs_forward"] = round(r["seconds_per_image"] / fwd, 2)
+                    if r.get("calibration_seconds_per_image"):
+                        r["calibration_vs_forward"] = round(r["calibration_seconds_per_image"] / fwd, 2)
         for r in results:  # each configuration against MinMax of the same implementation and N, from this run
             mm = next((m for m in results if m["impl"] == r["impl"] and m["n"] == r["n"] and m["method"] == "minmax" and "seconds_per_image" in m), None)
             if mm is not None and "seconds_per_image" in r:
@@ -237,7 +270,23 @@ def main() -> None:
                 if r.get("calibration_seconds_per_image") and mm.get("calibration_seconds_per_image"):
                     r["calibration_vs_minmax"] = round(r["calibration_seconds_per_image"] / mm["calibration_seconds_per_image"], 2)
         print(json.dumps({"cpu_count": os.cpu_count(), "set": a.set or (str(_DEMO_SET) if _DEMO_SET.exists() else "generated"),
-                          "results": results}, indent=2))
+                          "load_avg_at_end": [round(x, 2) for x in os.getloadavg()], "forward_runs": forwards, "results": results}, indent=2))
+
+
+def _child(tmp: Path, impl: str, method: str, n: int, a: argparse.Namespace, cset: Path, intake: Path) -> dict[str, Any]:
+    """One worker subprocess; its JSON line plus its own peak RSS (``os.wait4``), or ``{"error": last stderr line}``."""
+    cmd = [sys.executable, __file__, "--worker", "--impl1", impl, "--method", method, "--n1", str(n), "--chunk", str(a.chunk),
+           "--set", str(cset), "--intake", str(intake), "--out", str(tmp / f"out-{impl}-{method}-{n}"), "--size", str(a.size),
+           "--eval-images", str(a.eval_images), "--thresh", str(a.thresh)]
+    with open(tmp / "stdout", "w+") as so, open(tmp / "stderr", "w+") as se:
+        proc = subprocess.Popen(cmd, stdout=so, stderr=se, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak RSS
+        so.seek(0)
+        se.seek(0)
+        out, err = so.read(), se.read()
+    if os.waitstatus_to_exitcode(status) != 0:
+        return {"error": (err.strip().splitlines() or ["?"])[-1]}
+    return {**json.loads(out.strip().splitlines()[-1]), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1)}
 
 
 if __name__ == "__main__":

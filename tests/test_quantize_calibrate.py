@@ -5,7 +5,7 @@ Real PP-OCR detector at 64x64, 8 calibration images (the issue's N=8 check at a 
 
 from __future__ import annotations
 
-import pickle
+import json
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +17,9 @@ from quantkit.calibset import CalibrationSet, CalibrationSetReader
 from quantkit.errors import CalibrationSetError
 from quantkit.note import ExportNote
 from quantkit.quantize import StaticQuantConfig, adapter
-from quantkit.quantize.calibrate import collect_ranges, quiet_ort
+from quantkit.quantize.adapter import quiet_ort
+from quantkit.quantize.calibrate import collect_ranges
+from quantkit.quantize.checkpoint import CheckpointKey
 from quantkit.quantize.engine import constants_to_initializers
 
 SIZE = 64
@@ -34,12 +36,12 @@ def env(tmp_path_factory):
     return root, root / "prepared.onnx", cset, ExportNote.load(intake / "export_note.json").preprocessing
 
 
-def _ort_one_call(model: Path, reader, cfg: StaticQuantConfig, tmp: Path):
+def _ort_one_call(model: Path, reader, cfg: StaticQuantConfig, tmp: Path, op_types=None):
     from onnxruntime.quantization import CalibrationMethod
     from onnxruntime.quantization.calibrate import create_calibrator
 
     with quiet_ort():
-        cal = create_calibrator(model, adapter.default_op_types("qdq"), augmented_model_path=str(tmp / "aug.onnx"),
+        cal = create_calibrator(model, op_types or adapter.default_op_types("qdq"), augmented_model_path=str(tmp / "aug.onnx"),
                                 calibrate_method=getattr(CalibrationMethod, adapter.METHODS[cfg.method]),
                                 extra_options=adapter.calibrator_options(cfg))
         cal.collect_data(reader)
@@ -66,7 +68,7 @@ def test_chunked_ranges_equal_ort_one_call_bit_for_bit(env, cfg, tmp_path):
                                  StaticQuantConfig(method="percentile", percentile=99.0, num_bins=512)],
                          ids=["percentile", "percentile-asymmetric", "percentile-99"])
 def test_percentile_within_stated_tolerance(env, cfg, tmp_path):
-    """The one-pass percentile's stated tolerance (calibrate._FineHistogramState): each threshold within one ORT
+    """The one-pass percentile's stated tolerance (fine_histogram.FineHistogramState): each threshold within one ORT
     bin plus one fine bin of ORT's one-call threshold, i.e. <= 1.5 t / num_bins (absolute, ORT's default) or
     <= 2.5 t / num_bins (symmetric=False), t = max|x| of the tensor."""
     root, model, cset, pre = env
@@ -148,29 +150,35 @@ class _Interrupting(CalibrationSetReader):
 
 
 @pytest.mark.parametrize("method", ["minmax", "percentile", "distribution"])
-def test_interrupted_calibration_resumes_from_checkpoint(env, tmp_path, method, monkeypatch):
+def test_interrupted_calibration_resumes_from_checkpoint(env, tmp_path, method, monkeypatch, caplog):
     from quantkit.quantize import calibrate
 
     monkeypatch.setattr(calibrate, "CHECKPOINT_INTERVAL_S", 0.0)  # save after every chunk
     root, model, cset, pre = env
     cfg = StaticQuantConfig(method=method, calibration_chunk_size=2)
     ckpt = tmp_path / "ckpt"
+    key = CheckpointKey.for_run("model", "set", cfg.config_hash())
     with pytest.raises(KeyboardInterrupt):
-        collect_ranges(model, _Interrupting(cset, pre, stop_at=5), cfg, workdir=tmp_path, checkpoint=ckpt, key="k")
-    saved = pickle.loads(ckpt.read_bytes())
+        collect_ranges(model, _Interrupting(cset, pre, stop_at=5), cfg, workdir=tmp_path, checkpoint=ckpt, key=key)
+    with np.load(ckpt, allow_pickle=False) as z:  # plain arrays, no pickle
+        saved = json.loads(str(z["__meta__"][()]))
     assert (saved["pass"], saved["done"]) == (1, 4)  # chunks [0,2) and [2,4) finished before the interrupt
     again = _Interrupting(cset, pre)
-    run = collect_ranges(model, again, cfg, workdir=tmp_path, checkpoint=ckpt, key="k")
+    run = collect_ranges(model, again, cfg, workdir=tmp_path, checkpoint=ckpt, key=key)
     passes = 2 if method == "distribution" else 1  # percentile: one pass (its repair pass is not needed here)
     assert len(again.seen) == 8 * passes - 4  # the 4 finished images were not read again
     assert run.resumed_batches == 4
     full = collect_ranges(model, CalibrationSetReader(cset, pre), cfg, workdir=tmp_path)
     for k in full.tensors.data:
         assert np.array_equal(np.asarray(full.tensors[k].range_value), np.asarray(run.tensors[k].range_value)), k
-    # a checkpoint made for another run is ignored, not trusted
+    # a checkpoint made for another run (here: another onnxruntime version) is ignored with a log line, not trusted
+    import dataclasses
+
     other = _Interrupting(cset, pre)
-    collect_ranges(model, other, cfg, workdir=tmp_path, checkpoint=ckpt, key="another")
+    with caplog.at_level("WARNING", logger="quantkit.quantize.checkpoint"):
+        collect_ranges(model, other, cfg, workdir=tmp_path, checkpoint=ckpt, key=dataclasses.replace(key, onnxruntime="0.0"))
     assert len(other.seen) == 8 * passes
+    assert "made for another run (onnxruntime" in caplog.text
 
 
 def test_max_images_and_empty(env, tmp_path):
@@ -202,14 +210,14 @@ def test_fine_histogram_growing_range_within_tolerance(absolute):
     """Batches whose range grows (the fine grid widens by powers of two) and with NaNs and all-zero batches."""
     from onnxruntime.quantization.calibrate import HistogramCollector
 
-    from quantkit.quantize.calibrate import _FineHistogramState
+    from quantkit.quantize.fine_histogram import FineHistogramState
 
     rng = np.random.default_rng(0)
     batches = [np.zeros(1000, np.float32)] + [(rng.standard_normal(20000) * s + o).astype(np.float32) for s, o in [(0.1, 0), (1, 0.5), (0.5, -1), (7, 0), (2, 3)]]
     batches[2][5] = np.nan
     nb, p = 2048, 99.99
     need = (100 - p) / (100 if absolute else 200)
-    st = _FineHistogramState(["t"], nb, absolute, need)
+    st = FineHistogramState(["t"], nb, absolute, need)
     for b in batches:
         st.update("t", b)
     assert st.unresolved() == []
@@ -232,16 +240,17 @@ def test_fine_histogram_flags_tails_that_outgrew_the_first_batch():
     the repaired histogram gives ORT's one-call thresholds bit for bit."""
     from onnxruntime.quantization.calibrate import HistogramCollector
 
-    from quantkit.quantize.calibrate import _FineHistogramState, _HistogramState
+    from quantkit.quantize.fine_histogram import FineHistogramState
+    from quantkit.quantize.histogram import HistogramState
 
     rng = np.random.default_rng(1)
     batches = [rng.uniform(-1, 1, 10000).astype(np.float32)] + [rng.uniform(0.5, 0.9, 4_000_000).astype(np.float32) for _ in range(3)]
-    st = _FineHistogramState(["t"], 2048, True, 1e-5)
+    st = FineHistogramState(["t"], 2048, True, 1e-5)
     for b in batches:
         st.update("t", b)
     assert st.unresolved() == ["t"]
     mn, mx, amin = st.stats["t"]
-    st.repair = _HistogramState(["t"], True, 2048)
+    st.repair = HistogramState(["t"], True, 2048)
     st.repair.stats["t"] = [mn, mx, amin, max(abs(mn), abs(mx))]
     for b in batches:
         st.repair.count("t", b)
@@ -251,3 +260,193 @@ def test_fine_histogram_flags_tails_that_outgrew_the_first_batch():
     with quiet_ort():
         got = c.compute_collection_result()["t"]
     assert np.array_equal(np.asarray(ref[:2]), np.asarray(got[:2]))
+
+
+def test_entropy_with_default_bins_warns_that_it_equals_minmax(env, tmp_path):
+    root, model, cset, pre = env
+    run = collect_ranges(model, CalibrationSetReader(cset, pre), StaticQuantConfig(method="entropy", max_images=2), workdir=tmp_path)
+    (w,) = run.warnings
+    assert "gave all 331 tensors their MinMax ranges" in w and "set num_bins: 2048" in w
+    kl = collect_ranges(model, CalibrationSetReader(cset, pre), StaticQuantConfig(method="entropy", num_bins=136, max_images=2), workdir=tmp_path)
+    assert kl.warnings == ()
+
+
+@pytest.mark.parametrize("cfg", [StaticQuantConfig(), StaticQuantConfig(method="entropy", num_bins=256, num_quantized_bins=128),
+                                 StaticQuantConfig(method="distribution"), StaticQuantConfig(method="percentile")],
+                         ids=["minmax", "entropy-kl", "distribution", "percentile"])
+def test_variable_shaped_tensors_equal_ort_on_all_values(tmp_path, cfg):
+    """ORT's one-call histogram calibrators crash on a tensor whose shape changes between images (np.asarray of a
+    ragged list). quantkit histograms whatever arrives; its ranges equal ORT's HistogramCollector (MinMax: ORT's
+    formulas) given every value the tensor held, bit for bit (percentile: within its stated tolerance)."""
+    import onnxruntime as ort
+    from onnxruntime.quantization.calibrate import HistogramCollector
+    from test_quantize_fixtures import variable_shape_model, write_model_intake
+
+    intake = write_model_intake(variable_shape_model(16), tmp_path / "intake", 16)
+    cset = CalibrationSet.load(make_set(tmp_path / "set", 5, size=32))
+    pre = ExportNote.load(intake / "export_note.json").preprocessing
+    run = collect_ranges(intake / "model.onnx", CalibrationSetReader(cset, pre), cfg, workdir=tmp_path)
+    assert "vals" in run.variable_shape and "vals" in run.tensors.data
+    tap = ort.InferenceSession(str(tmp_path / "tap_model.onnx"), _disabled())
+    names = sorted(run.tensors.data)
+    seen = {n: [] for n in names}
+    for _, batch in CalibrationSetReader(cset, pre).iter_batches():
+        for n, v in zip(names, tap.run(names, {"x": batch})):
+            seen[n].append(v.reshape(-1))
+    allv = {n: np.concatenate(v) for n, v in seen.items()}
+    assert len({v.size for v in seen["vals"]}) > 1  # the shape really changed
+    if cfg.method == "minmax":
+        ref = {n: (v.min(), v.max()) for n, v in allv.items()}
+        assert all(float(run.tensors[n].range_value[0][0]) == ref[n][0] and float(run.tensors[n].range_value[1][0]) == ref[n][1] for n in names)
+        return
+    p = adapter.calibrator_params(cfg)
+    c = HistogramCollector(method=p.method, symmetric=p.symmetric, num_bins=p.num_bins, num_quantized_bins=p.num_quantized_bins,
+                           percentile=p.percentile, scenario=p.scenario)
+    with quiet_ort():
+        c.collect(allv)
+        ref = c.compute_collection_result()
+    for n in names:
+        a = np.asarray(ref[n][:2] if isinstance(ref[n], tuple) else ref[n].range_value, np.float64)
+        b = np.asarray(run.tensors[n].range_value, np.float64)
+        if cfg.method == "percentile":
+            t = float(np.abs(allv[n]).max())
+            assert np.all(np.abs(a - b) <= 1.5 * t / p.num_bins * (1 + 1e-6)), n
+        else:
+            assert np.array_equal(a, b), n
+
+
+def _disabled():
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return so
+
+
+@pytest.mark.parametrize("method", ["minmax", "minmax-ema", "percentile", "entropy", "distribution"])
+def test_states_round_trip_through_plain_arrays(env, tmp_path, method):
+    """Every calibration state saves to arrays (np.savez, no pickle) and loads back to the same ranges, bit for bit."""
+    import io
+
+    from quantkit.quantize.calibrate import make_state
+    from quantkit.quantize.tap import TapSession
+
+    root, model, cset, pre = env
+    cfg = StaticQuantConfig(moving_average=True) if method == "minmax-ema" else StaticQuantConfig(method=method)
+    plan = adapter.calibration_plan(model, cfg, adapter.default_op_types("qdq"), tmp_path)
+    st = make_state(plan.params, list(plan.tensors))
+    r = CalibrationSetReader(cset, pre)
+    r.set_range(0, 3)
+    with TapSession(plan.tap_model, list(plan.tensors)) as tap:
+        for _, batch in r.iter_batches():
+            for n, v in zip(plan.tensors, tap.run({"x": batch})):
+                st.fold(1, n, v)
+    buf = io.BytesIO()
+    np.savez(buf, **st.to_arrays())
+    buf.seek(0)
+    with np.load(buf, allow_pickle=False) as z:
+        back = type(st).from_arrays({k: z[k] for k in z.files})
+    for name in plan.tensors[:60]:
+        assert back.extremes(name) == st.extremes(name)
+    if hasattr(st, "histogram_dict"):
+        h0, h1 = st.histogram_dict(), back.histogram_dict()
+        assert h0.keys() == h1.keys() and all(all(np.array_equal(a, b) for a, b in zip(h0[k], h1[k])) for k in h0)
+    else:
+        p0, p1 = st.pairs(plan.params.symmetric), back.pairs(plan.params.symmetric)
+        assert all(np.array_equal(p0[k][0], p1[k][0]) and np.array_equal(p0[k][1], p1[k][1]) for k in p0)
+
+
+def test_foreign_and_pickled_checkpoints_are_ignored_with_a_log_line(tmp_path, caplog):
+    import pickle  # noqa: S403 -- writes an old-style checkpoint to prove it is never unpickled
+
+    from quantkit.quantize import checkpoint as ck
+
+    key = ck.CheckpointKey.for_run("m", "s", "c")
+    old = tmp_path / "old"
+    old.write_bytes(pickle.dumps({"version": 2, "key": "x", "pass": 1, "done": 3, "state": {}}))
+    with caplog.at_level("WARNING", logger="quantkit.quantize.checkpoint"):
+        assert ck.load(old, key) is None
+        ck.save(tmp_path / "new", key, 1, 4, {"a": np.arange(3)})
+        got = ck.load(tmp_path / "new", key)
+        assert got is not None and (got.pass_no, got.done) == (1, 4) and np.array_equal(got.arrays["a"], np.arange(3))
+        import dataclasses
+
+        assert ck.load(tmp_path / "new", dataclasses.replace(key, set_id="other", numpy="0")) is None
+    assert "not a readable checkpoint" in caplog.text
+    assert "made for another run (set_id 's' != 'other'; numpy" in caplog.text
+
+
+def _chain_model(size: int = 16):
+    """x -> Conv -> Add(3) -> Clip(0, 6) -> Div(6) -> Mul(c, .) (hard-swish) ; Conv -> Relu ; Sub(1, .) ; Mul(-2) ; Sub(., 0.5)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    c = {k: numpy_helper.from_array(np.array(v, np.float32), k) for k, v in {"three": 3, "zero": 0, "six": 6, "one": 1, "m2": -2, "half": 0.5}.items()}
+    w = numpy_helper.from_array(np.random.default_rng(0).normal(0, 1, (4, 3, 3, 3)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c", "three"], ["a"], name="add3"), helper.make_node("Clip", ["a", "zero", "six"], ["k"], name="clip"),
+             helper.make_node("Div", ["k", "six"], ["d"], name="div6"), helper.make_node("Mul", ["c", "d"], ["hs"], name="hswish"),
+             helper.make_node("Relu", ["hs"], ["r"], name="relu"), helper.make_node("Sub", ["one", "r"], ["s"], name="rsub"),
+             helper.make_node("Mul", ["s", "m2"], ["n"], name="neg2"), helper.make_node("Sub", ["n", "half"], ["y"], name="sub")]
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, size, size])], [w, *c.values()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return onnx.shape_inference.infer_shapes(m)
+
+
+@pytest.mark.parametrize("cfg", [StaticQuantConfig(op_types_to_quantize=("Conv", "Add", "Clip", "Div", "Mul", "Relu", "Sub")),
+                                 StaticQuantConfig(op_types_to_quantize=("Conv", "Add", "Clip", "Div", "Mul", "Relu", "Sub"), moving_average=True),
+                                 StaticQuantConfig(op_types_to_quantize=("Conv", "Add", "Clip", "Div", "Mul", "Relu", "Sub"), method="entropy")],
+                         ids=["minmax", "minmax-ema", "entropy"])
+def test_derived_ranges_equal_ort_and_are_read_once(tmp_path, cfg, monkeypatch):
+    """Ranges of Relu / Clip / scalar Add, Sub (both operand orders), Mul (negative too) and Div outputs are derived
+    from their inputs' after the first image (quantize.derive): ORT's one-call calibrator gives the same, bit for
+    bit, and the tap model reads those tensors on the first image only."""
+    import onnx
+    from test_quantize_fixtures import write_model_intake
+
+    from quantkit.quantize import tap as tapmod
+
+    intake = write_model_intake(_chain_model(), tmp_path / "intake", 16)
+    cset = CalibrationSet.load(make_set(tmp_path / "set", 5, size=32))
+    pre = ExportNote.load(intake / "export_note.json").preprocessing
+    ops = list(cfg.op_types_to_quantize)
+    reads = []
+    real = tapmod.TapSession.__init__
+
+    def spy(self, model_path, names, **kw):
+        reads.append(list(names))
+        real(self, model_path, names, **kw)
+
+    monkeypatch.setattr(tapmod.TapSession, "__init__", spy)
+    run = collect_ranges(intake / "model.onnx", CalibrationSetReader(cset, pre), cfg, workdir=tmp_path, op_types=ops)
+    assert reads[0] == sorted(run.tensors.data) and set(reads[1]) == {"c", "hs", "x"}  # a, k, d, r, s, n, y: derived
+    ref = _ort_one_call(intake / "model.onnx", CalibrationSetReader(cset, pre), cfg, tmp_path, ops)
+    assert set(ref.data) == set(run.tensors.data)
+    for name in ref.data:
+        a, b = ref[name].range_value, run.tensors[name].range_value
+        assert np.asarray(a).tobytes() == np.asarray(b).tobytes(), name
+
+
+def test_a_derivation_that_disagrees_on_the_first_image_is_not_used(tmp_path, monkeypatch):
+    """Were an ORT kernel to round differently from the derivation, the first image shows it and the tensor is
+    read on every image instead."""
+    from test_quantize_fixtures import write_model_intake
+
+    from quantkit.quantize import derive
+
+    real = derive.Derivation.apply
+
+    def off_by_one_ulp_for_div(self, v):
+        out = real(self, v)
+        return np.nextafter(out, np.inf, dtype=out.dtype) if self.op == "Div" else out
+
+    monkeypatch.setattr(derive.Derivation, "apply", off_by_one_ulp_for_div)
+    intake = write_model_intake(_chain_model(), tmp_path / "intake", 16)
+    cset = CalibrationSet.load(make_set(tmp_path / "set", 3, size=32))
+    pre = ExportNote.load(intake / "export_note.json").preprocessing
+    cfg = StaticQuantConfig(op_types_to_quantize=("Conv", "Add", "Clip", "Div", "Mul", "Relu", "Sub"))
+    run = collect_ranges(intake / "model.onnx", CalibrationSetReader(cset, pre), cfg, workdir=tmp_path, op_types=list(cfg.op_types_to_quantize))
+    ref = _ort_one_call(intake / "model.onnx", CalibrationSetReader(cset, pre), cfg, tmp_path, list(cfg.op_types_to_quantize))
+    assert all(np.asarray(ref[n].range_value).tobytes() == np.asarray(run.tensors[n].range_value).tobytes() for n in ref.data)

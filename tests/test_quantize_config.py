@@ -123,3 +123,30 @@ def test_model_dependent_checks(tmp_path):
     with pytest.raises(UnsupportedOptionError, match="opset 12 is too old for per-channel QDQ.*quantkit intake"):
         adapter.check_opset(StaticQuantConfig(per_channel=True), 12, "m.onnx")
     adapter.check_opset(StaticQuantConfig(per_channel=True, format="qoperator"), 12, "m.onnx")  # QLinearConv has no axis limit
+
+
+def test_calibrator_defaults_are_those_create_calibrator_builds(tmp_path):
+    """adapter.CALIBRATOR_DEFAULTS (the defaults quantkit resolves without building ORT's calibrator) equal the
+    attributes of the calibrator ORT's create_calibrator builds, method by method."""
+    from onnxruntime.quantization import CalibrationMethod
+    from onnxruntime.quantization.calibrate import create_calibrator
+    from test_quantize_fixtures import make_tiny_intake
+
+    model = make_tiny_intake(tmp_path / "t") / "model.onnx"
+    for method, defaults in adapter.CALIBRATOR_DEFAULTS.items():
+        cal = create_calibrator(model, ["Conv"], augmented_model_path=str(tmp_path / f"{method}.onnx"),
+                                calibrate_method=getattr(CalibrationMethod, adapter.METHODS[method]))
+        got = {k: getattr(cal, k) for k in defaults}
+        assert got == defaults, method
+        p = adapter.calibrator_params(StaticQuantConfig(method=method))
+        assert {k: getattr(p, k) for k in defaults} == defaults
+
+
+def test_config_types_are_the_dtypes_table():
+    """The typed field's allowed names are exactly the quantizable types of quantkit.dtypes (one table)."""
+    from typing import get_args
+
+    from quantkit.dtypes import QUANT_TYPE_NAMES
+    from quantkit.quantize.config import QType
+
+    assert get_args(QType) == QUANT_TYPE_NAMES

@@ -84,3 +84,96 @@ def make_set(folder: Path, n: int = 8, size: int = 128, name: str = "test-set", 
         im.crop((x0, y0, x0 + s, y0 + s)).resize((size, size)).save(folder / "images" / f"{i:04d}.png")
     register_set(folder, name=name, kind="calibration", camera="cam1", lighting="day", site="test")
     return folder
+
+
+# -- tiny generated models for the engine's fault kinds (issue 17) and output checks (issue 12) ---------------------
+def _model(nodes, inputs, outputs, inits, opset: int = 17) -> onnx.ModelProto:
+    g = helper.make_graph(nodes, "g", inputs, outputs, inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    m = onnx.shape_inference.infer_shapes(m)
+    onnx.checker.check_model(m)
+    return m
+
+
+def _x(size: int) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])
+
+
+def _w(name: str, shape: tuple[int, ...], seed: int, scale: float = 0.5) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.random.default_rng(seed).normal(0, scale, shape).astype(np.float32), name)
+
+
+def write_model_intake(model: onnx.ModelProto, folder: Path, size: int) -> Path:
+    """An intake folder for any generated model (note: ``size`` x ``size``, stretch)."""
+    return _write_intake(model, folder, size)
+
+
+def output_feeds_activation_model(size: int = 16, op: str = "Relu") -> onnx.ModelProto:
+    """``y1 = Conv(x)`` is a graph output AND the only input of ``op`` (Relu or Clip(0, 6)); ``y2 = Conv(op(y1))``."""
+    act = helper.make_node("Relu", ["y1"], ["r"], name="act") if op == "Relu" else \
+        helper.make_node("Clip", ["y1", "zero", "six"], ["r"], name="act")
+    inits = [_w("w1", (4, 3, 3, 3), 1), _w("w2", (2, 4, 1, 1), 2)]
+    if op == "Clip":
+        inits += [numpy_helper.from_array(np.array(0, np.float32), "zero"), numpy_helper.from_array(np.array(6, np.float32), "six")]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["y1"], name="conv1", pads=[1, 1, 1, 1]), act,
+             helper.make_node("Conv", ["r", "w2"], ["y2"], name="conv2")]
+    outs = [helper.make_tensor_value_info("y1", TensorProto.FLOAT, [1, 4, size, size]),
+            helper.make_tensor_value_info("y2", TensorProto.FLOAT, [1, 2, size, size])]
+    return _model(nodes, [_x(size)], outs, inits)
+
+
+def variable_shape_model(size: int = 16, threshold: float = 0.5, consumer: str = "Mul") -> onnx.ModelProto:
+    """``r = Relu(Conv(x))``; ``vals = GatherND(r, NonZero(r > threshold)^T)`` (its length depends on the image)
+    then ``out = consumer(vals, 2)``; ``y = Conv(r)``. A huge ``threshold`` makes ``vals`` empty on every image."""
+    inits = [_w("w1", (4, 3, 3, 3), 3), _w("w2", (2, 4, 1, 1), 4), numpy_helper.from_array(np.array(threshold, np.float32), "thr"),
+             numpy_helper.from_array(np.array(2, np.float32), "two")]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu1"),
+             helper.make_node("Greater", ["r", "thr"], ["m"], name="gt"),
+             helper.make_node("NonZero", ["m"], ["nz"], name="nonzero"),
+             helper.make_node("Transpose", ["nz"], ["nzt"], name="tr", perm=[1, 0]),
+             helper.make_node("GatherND", ["r", "nzt"], ["vals"], name="gather"),
+             helper.make_node(consumer, ["vals", "two"], ["out"], name="post"),
+             helper.make_node("Conv", ["r", "w2"], ["y"], name="conv2")]
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, size, size]),
+            helper.make_tensor_value_info("out", TensorProto.FLOAT, None)]
+    return _model(nodes, [_x(size)], outs, inits)
+
+
+def concat_head_model(size: int = 16, split: bool = False, box_scale: float = 470.0) -> onnx.ModelProto:
+    """A detector head: ``Conv(x)`` gives 5 numbers per cell, reshaped to ``[1, S*S, 5]``; boxes =
+    ``sigmoid(first 4) * box_scale`` (pixels), scores = ``sigmoid(last)`` (0..1). ``split=False``: one output
+    ``det = Concat(boxes, scores, axis=-1)`` (one scale for both); ``split=True``: outputs ``boxes`` and ``scores``."""
+    n = size * size
+    ints = {k: numpy_helper.from_array(np.array(v, np.int64), k) for k, v in
+            {"shape": [1, 5, n], "s0": [0], "s4": [4], "s5": [5], "ax2": [2]}.items()}
+    inits = [_w("w1", (5, 3, 1, 1), 5, 1.0), numpy_helper.from_array(np.array(box_scale, np.float32), "bs"), *ints.values()]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["h"], name="head"),
+             helper.make_node("Reshape", ["h", "shape"], ["f"], name="flat"),
+             helper.make_node("Transpose", ["f"], ["t"], name="cells", perm=[0, 2, 1]),
+             helper.make_node("Slice", ["t", "s0", "s4", "ax2"], ["braw"], name="slice_boxes"),
+             helper.make_node("Slice", ["t", "s4", "s5", "ax2"], ["sraw"], name="slice_scores"),
+             helper.make_node("Sigmoid", ["braw"], ["bsig"], name="box_sigmoid"),
+             helper.make_node("Mul", ["bsig", "bs"], ["boxes"], name="to_pixels"),
+             helper.make_node("Sigmoid", ["sraw"], ["scores"], name="score_sigmoid")]
+    if split:
+        outs = [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, n, 4]),
+                helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, n, 1])]
+    else:
+        nodes.append(helper.make_node("Concat", ["boxes", "scores"], ["det"], name="concat", axis=-1))
+        outs = [helper.make_tensor_value_info("det", TensorProto.FLOAT, [1, n, 5])]
+    return _model(nodes, [_x(size)], outs, inits)
+
+
+def conv_relu_conv_model(size: int = 16, extra_int_output: bool = False) -> onnx.ModelProto:
+    """``y = Conv(Relu(Conv(x)))``; with ``extra_int_output`` also ``cls = ArgMax(y, axis=1)`` (int64, never quantized)."""
+    inits = [_w("w1", (8, 3, 3, 3), 6), _w("w2", (4, 8, 3, 3), 7)]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu1"),
+             helper.make_node("Conv", ["r", "w2"], ["y"], name="conv2", pads=[1, 1, 1, 1])]
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, size, size])]
+    if extra_int_output:
+        nodes.append(helper.make_node("ArgMax", ["y"], ["cls"], name="argmax", axis=1, keepdims=0))
+        outs.append(helper.make_tensor_value_info("cls", TensorProto.INT64, [1, size, size]))
+    return _model(nodes, [_x(size)], outs, inits)

@@ -28,6 +28,9 @@ def test_show_diff_export_import_replay(env, tmp_path, capsys):
     assert main(["record", "show", str(root / "qa"), "--json", "--csv", str(tmp_path / "t.csv")]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["fingerprint"] == rec.fingerprint and len(shown["tensors"]) == len(rec.tensors)
+    assert [o["name"] for o in shown["calibration"]["outputs"]] == ["y"]
+    assert main(["record", "show", str(root / "qa")]) == 0
+    assert "graph outputs:\n  y: uint8 scale" in capsys.readouterr().out
     assert len((tmp_path / "t.csv").read_text().splitlines()) == len(rec.tensors) + 1
 
     assert main(["record", "diff", str(root / "qa"), str(root / "qb"), "--json"]) == 0

@@ -1,4 +1,7 @@
-"""Streaming model inputs from a set: ONNX Runtime's ``CalibrationDataReader`` over a :class:`CalibrationSet`.
+"""Streaming model inputs from a set, in ONNX Runtime's ``CalibrationDataReader`` protocol, over a :class:`CalibrationSet`.
+
+The protocol is duck-typed (``get_next``, ``__iter__``, ``__len__``, ``set_range``), as ORT's own
+``CalibrationDataReader.__subclasshook__`` accepts, so reading a set never imports ONNX Runtime.
 
 Order is the manifest's (sorted by file name), so every pass and every machine sees the same batches.
 Batches are fixed by position: batch ``i`` holds entries ``[i*batch_size, (i+1)*batch_size)``, so
@@ -23,7 +26,6 @@ import math
 from typing import Any, Iterator, Literal
 
 import numpy as np
-from onnxruntime.quantization import CalibrationDataReader
 
 from ..errors import CalibrationSetError, ConfigError, InputFileError
 from ..imageio import load_image
@@ -33,7 +35,7 @@ from .manifest import CalibrationSet, ImageEntry
 log = logging.getLogger(__name__)
 
 
-class CalibrationSetReader(CalibrationDataReader):
+class CalibrationSetReader:
     """Batches of preprocessed images from ``cset``.
 
     Args:
@@ -79,7 +81,17 @@ class CalibrationSetReader(CalibrationDataReader):
         """Start the current range again (the next ``get_next`` decodes from its first batch)."""
         self._it = None
 
+    def __iter__(self) -> CalibrationSetReader:
+        return self
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        feed = self.get_next()
+        if feed is None:
+            raise StopIteration
+        return feed
+
     def get_next(self) -> dict[str, np.ndarray] | None:
+        """The next batch of the current range as ``{input name: array}``, or None at its end."""
         if self._it is None:
             self._it = self._batches(self._start, self._end)
         nxt = next(self._it, None)

@@ -20,9 +20,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--params", metavar="YAML", help="params file with a 'quantize' section (default: built-in defaults)")
     p.add_argument("--section", default="quantize", help="params section to read (default: quantize)")
     p.add_argument("--method", choices=["minmax", "entropy", "percentile", "distribution"], help="override the calibration method")
-    p.add_argument("--chunk-size", type=int, metavar="N", help="override calibration_chunk_size (images per collect call)")
+    p.add_argument("--chunk-size", type=int, metavar="N", help="override calibration_chunk_size (images per chunk: progress and checkpoint unit)")
     p.add_argument("--max-images", type=int, metavar="N", help="calibrate on the first N images only")
     p.add_argument("--checkpoint", metavar="FILE", help="calibration checkpoint file (default: next to --out; resumes an interrupted run)")
+    p.add_argument("--min-levels", type=float, metavar="N", help="flag output channels spanning fewer quantization steps "
+                   "(default: quantkit.quantize.outputs.DEFAULT_LEVELS_FLOOR)")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (written whole or not at all)")
     p.add_argument("--json", action="store_true", help="print the record summary as JSON")
     p.set_defaults(func=run)
@@ -56,8 +58,11 @@ def run(args: argparse.Namespace) -> int:
     config = build_config(args)
     if not args.dynamic and not args.calibration_set:
         raise ConfigError("static quantization needs --calibration-set DIR (or pass --dynamic)")
+    floor = {} if args.min_levels is None else {"levels_floor": args.min_levels}
+    if args.min_levels is not None and args.dynamic:
+        raise ConfigError("--min-levels applies to static quantization only (dynamic models keep float outputs); drop it")
     rec = quantize(args.intake, config, out=args.out, calibration_set=None if args.dynamic else args.calibration_set,
-                   checkpoint=args.checkpoint)
+                   checkpoint=args.checkpoint, **floor)
     summary = {"out": args.out, "mode": rec.mode, "fingerprint": rec.fingerprint, "tensors": len(rec.tensors),
                "quantized_model_digest": rec.quantized_model_digest, "opset_before": rec.opset_before, "opset_after": rec.opset_after,
                "calibration_set": rec.calibration_set.to_dict() if rec.calibration_set else None, "calibration": rec.calibration}
@@ -76,7 +81,43 @@ def run(args: argparse.Namespace) -> int:
         w(f"  {label:<10} {dtype:<6} {n:>5} tensors\n")
     if any(label == "constant" for label, _ in role_counts(rec)):
         w("  constant = initializer ORT quantized with the activation type (e.g. a scalar Mul/Add operand); role 'weight' in record.json\n")
+    for line in findings(rec):
+        w(line + "\n")
     return 0
+
+
+def findings(rec: Any) -> list[str]:
+    """Lines describing what the written model computes at its outputs and what quantize changed or noticed
+    (the record's ``calibration`` entries of :mod:`quantkit.quantize.outputs` and :mod:`quantkit.quantize.calibrate`)."""
+    from ..quantize.outputs import describe_change
+
+    cal = rec.calibration or {}
+    lines = ["graph outputs:"] if cal.get("outputs") else []
+    for o in cal.get("outputs", []):
+        if not o["quantized"]:
+            lines.append(f"  {o['name']}: float (not quantized)")
+            continue
+        cr = o.get("calibrated")
+        span = f"calibrated [{cr[0]:.4g}, {cr[1]:.4g}], " if cr else ""
+        lines.append(f"  {o['name']}: {o['dtype']} scale {o['scale']:.4g} zero point {o['zero_point']}, {span}"
+                     f"represents [{o['written'][0]:.4g}, {o['written'][1]:.4g}]")
+    for name in cal.get("outputs_pinned", []):
+        lines.append(f"kept its own range: graph output {name!r} feeds a Relu/Clip, whose range ONNX Runtime would have given it")
+    for c in cal.get("range_changes", []):
+        lines.append("range changed: " + describe_change(c))
+    for c in cal.get("collapsed_outputs", []):
+        lv = ", ".join(f"{ch}: {v:g}" for ch, v in list(zip(c["channels"], c["levels"]))[:6]) + (", ..." if len(c["channels"]) > 6 else "")
+        lines.append(f"COLLAPSED: output {c['tensor']!r} axis {c['axis']}: {len(c['channels'])} of {c['of_channels']} channels span fewer "
+                     f"than {c['floor']:g} quantization steps (channel: levels {lv}); split the tensor before the output or keep its "
+                     "producer in float (quantkit fallback)")
+    if cal.get("variable_shape"):
+        lines.append(f"variable shape (calibrated at whatever size arrived): {', '.join(cal['variable_shape'])}")
+    if cal.get("unobserved"):
+        lines.append(f"no value on any calibration image (their nodes stay in float): {', '.join(cal['unobserved'])}")
+    if cal.get("float_nodes"):
+        lines.append(f"kept in float by quantize: {', '.join(cal['float_nodes'])}")
+    lines += [f"warning: {w}" for w in cal.get("warnings", [])]
+    return lines
 
 
 def role_counts(rec: Any) -> dict[tuple[str, str], int]:

@@ -15,7 +15,8 @@ def register(subparsers: Any) -> None:
     sub = p.add_subparsers(dest="record_command", metavar="ACTION")
     sub.required = True
 
-    s = sub.add_parser("show", help="every quantized tensor: role, dtype, axis, scale(s), zero point(s), calibrated range")
+    s = sub.add_parser("show", help="every quantized tensor: role, dtype, axis, scale(s), zero point(s), calibrated range; "
+                       "every graph output and what quantize noticed")
     s.add_argument("record", help="record.json or its folder")
     s.add_argument("--csv", metavar="FILE", help="also write the whole table as CSV")
     s.add_argument("--json", action="store_true", help="print the record's provenance and the table as JSON")
@@ -73,13 +74,17 @@ def _show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"fingerprint": rec.fingerprint, "mode": rec.mode, "model_digest": rec.model_digest,
                           "quantized_model_digest": rec.quantized_model_digest, "calibration_set": rec.calibration_set.to_dict() if rec.calibration_set else None,
-                          "versions": rec.versions, "tensors": json.loads(table.to_json(orient="records"))},
+                          "versions": rec.versions, "calibration": rec.calibration, "tensors": json.loads(table.to_json(orient="records"))},
                          indent=2, sort_keys=True))
         return 0
     w = sys.stdout.write
     w(f"record {rec.fingerprint[:16]} ({rec.mode}); model {rec.model_digest[:12]} -> {rec.quantized_model_digest[:12]}; "
       f"calibration set {rec.set_name} {(rec.set_id or '')[:12]}\n")
     w(table.to_string(index=False, max_rows=60) + "\n")
+    from .quantize import findings
+
+    for line in findings(rec):  # graph outputs and what quantize changed or noticed
+        w(line + "\n")
     return 0
 
 

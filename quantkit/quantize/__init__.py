@@ -16,6 +16,7 @@ _WHERE = {
     "clipping_rates": "compare", "compare_layers": "compare", "plot_layer_errors": "compare", "TensorComparison": "compare",
     "precision_fallback": "fallback", "FallbackResult": "fallback",
     "export_aimet": "aimet", "import_aimet": "aimet",
+    "effective_levels": "outputs", "ChannelRange": "outputs", "OutputLevels": "outputs",
 }
 
 __all__ = sorted(_WHERE)

@@ -1,4 +1,6 @@
-"""The ONE place where quantkit configs become ONNX Runtime arguments (habit 3 of STYLE.md).
+"""The ONE module that talks to ``onnxruntime.quantization``: configs become ORT arguments (habit 3 of
+STYLE.md), calibrator parameters and tensor selection, ranges become ORT ``TensorsData``, and ORT's quantizers
+are called here. No other quantkit module imports ``onnxruntime.quantization`` (a structure test checks it).
 
 ORT's entry points take a string-keyed ``extra_options`` bag whose unknown keys are silently ignored,
 and ``create_calibrator`` reads only a few of them. Here every :class:`StaticQuantConfig` /
@@ -9,21 +11,32 @@ entry, and a combination ORT would ignore or reject raises
 Checked against ``onnxruntime/quantization/{quantize,calibrate,base_quantizer}.py`` of ORT 1.32:
 ``check_static_quant_arguments`` (int8 activations with uint8 weights; 16-bit only in QDQ),
 ``create_calibrator`` (which ``Calib*`` keys each method reads), ``compute_distribution``
-(``num_bins >= 512``), ``MinMaxCalibrater`` (``averaging_constant`` in [0, 1]).
+(``num_bins >= 512``), ``MinMaxCalibrater`` (``averaging_constant`` in [0, 1]); the model-independent
+checks live with the configs (:func:`quantkit.quantize.config.check_static`). ``quantize_static``'s
+``calibration_cache_path`` and ``save_tensors_data`` first appear in ORT 1.27: the floor in ``pyproject.toml``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import io
+import logging
 import re
+from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from ..dtypes import INT_TYPES
 from ..errors import UnsupportedOptionError
+from .config import DynamicQuantConfig, StaticQuantConfig, TensorOverride
 
 if TYPE_CHECKING:  # pragma: no cover
     import onnx
 
-    from .config import DynamicQuantConfig, StaticQuantConfig, TensorOverride
+log = logging.getLogger(__name__)
 
 #: ORT CalibrationMethod member per quantkit method name.
 METHODS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile", "distribution": "Distribution"}
@@ -38,56 +51,6 @@ def quant_type(name: str) -> Any:
     from onnxruntime.quantization import QuantType
 
     return getattr(QuantType, str(INT_TYPES[name].ort_name))
-
-
-def check_static(c: StaticQuantConfig) -> None:
-    """Raise UnsupportedOptionError for a combination ORT would ignore or reject (model-independent)."""
-    m = c.method
-    if c.percentile is not None:
-        if m != "percentile":
-            raise UnsupportedOptionError(f"percentile: only used by method 'percentile' (ORT ignores it with {m!r}); remove it or set method: percentile")
-        if not 0 < c.percentile <= 100:
-            raise UnsupportedOptionError(f"percentile: {c.percentile} must be in (0, 100]")
-    if c.num_bins is not None:
-        if m == "minmax":
-            raise UnsupportedOptionError("num_bins: only used by histogram methods (entropy, percentile, distribution); remove it for minmax")
-        if c.num_bins < 1:
-            raise UnsupportedOptionError(f"num_bins: {c.num_bins} must be >= 1")
-        if m == "distribution" and c.num_bins < 512:
-            raise UnsupportedOptionError(f"num_bins: {c.num_bins} < 512, which ORT's distribution calibrator rejects; use >= 512")
-    if c.num_quantized_bins is not None:
-        if m != "entropy":
-            raise UnsupportedOptionError(f"num_quantized_bins: only used by method 'entropy' (ORT ignores it with {m!r}); remove it")
-        if c.num_quantized_bins < 2:
-            raise UnsupportedOptionError(f"num_quantized_bins: {c.num_quantized_bins} must be >= 2")
-        if c.num_quantized_bins > (c.num_bins if c.num_bins is not None else 128):
-            raise UnsupportedOptionError(f"num_quantized_bins: {c.num_quantized_bins} exceeds num_bins; raise num_bins or lower it")
-    if c.distribution_scenario is not None and m != "distribution":
-        raise UnsupportedOptionError(f"distribution_scenario: only used by method 'distribution'; remove it for {m!r}")
-    if c.calibration_symmetric is not None and m == "distribution":
-        raise UnsupportedOptionError("calibration_symmetric: ORT's distribution calibrator ignores it; remove it")
-    if c.moving_average and m != "minmax":
-        raise UnsupportedOptionError(f"moving_average: only used by method 'minmax' (ORT ignores it with {m!r}); remove it")
-    if c.averaging_constant is not None:
-        if not c.moving_average:
-            raise UnsupportedOptionError("averaging_constant: only used with moving_average: true; set it or remove averaging_constant")
-        if not 0 <= c.averaging_constant <= 1:
-            raise UnsupportedOptionError(f"averaging_constant: {c.averaging_constant} must be in [0, 1]")
-    a, w = c.activation_type, c.weight_type
-    if a == "int8" and w == "uint8":
-        raise UnsupportedOptionError("activation_type int8 with weight_type uint8 is rejected by ORT; use uint8/int8 or int8/int8")
-    wide = [n for n, t in (("activation_type", a), ("weight_type", w)) if t.endswith(("16", "4"))]
-    if wide and c.format != "qdq":
-        raise UnsupportedOptionError(f"{wide[0]}: 16- and 4-bit types need format: qdq (ORT's QOperator kernels are 8-bit); set format: qdq")
-    for name, ov in c.tensor_overrides.items():
-        if ov.quant_type is not None and ov.quant_type.endswith(("16", "4")) and c.format != "qdq":
-            raise UnsupportedOptionError(f"tensor_overrides.{name}.quant_type: {ov.quant_type} needs format: qdq")
-
-
-def check_dynamic(c: DynamicQuantConfig) -> None:
-    """Raise UnsupportedOptionError for what ORT's ``quantize_dynamic`` cannot do."""
-    if c.weight_type not in ("int8", "uint8"):
-        raise UnsupportedOptionError(f"weight_type: {c.weight_type} is not supported by dynamic quantization (ConvInteger/MatMulInteger are 8-bit); use int8 or uint8")
 
 
 def default_op_types(fmt: str) -> list[str]:
@@ -151,8 +114,6 @@ def check_opset(c: StaticQuantConfig | DynamicQuantConfig, opset: int, model_pat
 
 def override_dict(ov: TensorOverride) -> dict[str, Any]:
     """One ORT ``TensorQuantOverrides`` entry (``{"quant_type": QuantType, "scale": np.float32, ...}``)."""
-    import numpy as np
-
     d: dict[str, Any] = {}
     if ov.quant_type is not None:
         d["quant_type"] = quant_type(ov.quant_type)
@@ -240,3 +201,188 @@ def dynamic_kwargs(c: DynamicQuantConfig, op_types: list[str], nodes_to_exclude:
         "nodes_to_exclude": nodes_to_exclude,
         "extra_options": extra,
     }
+
+
+# -- ORT's console output --------------------------------------------------------------------------------------
+class _DropOrtNags(logging.Filter):
+    """ORT root-logger warnings a quantkit user cannot act on: the pre-processing advice (intake did it),
+    per-channel axis notes for rank-1 BatchNormalization weights (ORT falls back to per-tensor), and the
+    automatic opset bump / ``com.microsoft`` domain for 16- and 4-bit types (recorded as opset_after)."""
+
+    _NAGS = ("pre-process", "is out-of-range for weight", "does not support 16-bit integer quantization natively",
+             "integer quantization types prior to opset 21")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        return not any(n in msg for n in self._NAGS)
+
+
+@contextlib.contextmanager
+def quiet_ort() -> Iterator[None]:
+    """Send ORT's ``print`` calls (``HistogramCollector``) to the debug log and drop the root-logger nags
+    :class:`_DropOrtNags` names, for the duration of the block."""
+    root = logging.getLogger()
+    f = _DropOrtNags()
+    root.addFilter(f)
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buf):
+            yield
+    finally:
+        root.removeFilter(f)
+        if buf.getvalue().strip():
+            log.debug("onnxruntime: %s", buf.getvalue().strip().replace("\n", " | "))
+
+
+# -- calibration -------------------------------------------------------------------------------------------------
+#: ``create_calibrator``'s defaults per method (ORT 1.27-1.32, ``onnxruntime/quantization/calibrate.py``); a test
+#: builds ORT's calibrators and checks these against their attributes.
+CALIBRATOR_DEFAULTS: dict[str, dict[str, Any]] = {
+    "minmax": {"symmetric": False, "moving_average": False, "averaging_constant": 0.01},
+    "entropy": {"symmetric": False, "num_bins": 128, "num_quantized_bins": 128},
+    "percentile": {"symmetric": True, "num_bins": 2048, "percentile": 99.999},
+    "distribution": {"symmetric": False, "num_bins": 2048, "scenario": "same"},
+}
+#: ``HistogramCalibrater``'s constructor values for the attributes a method does not set (unused by its compute).
+_HISTOGRAM_FILL = {"num_quantized_bins": 2048, "percentile": 99.999, "scenario": "same"}
+
+
+@dataclasses.dataclass(frozen=True)
+class CalibratorParams:
+    """The calibrator ORT would build for a config: ``create_calibrator``'s defaults + the config's options."""
+
+    method: str
+    symmetric: bool
+    num_bins: int = 0
+    num_quantized_bins: int = 0
+    percentile: float = 0.0
+    scenario: str = ""
+    moving_average: bool = False
+    averaging_constant: float = 0.0
+
+    @property
+    def absolute(self) -> bool:
+        """Histograms of ``|x|`` (ORT's ``collect_absolute_value``): percentile with ``symmetric``."""
+        return self.method == "percentile" and self.symmetric
+
+    @property
+    def tail_fraction(self) -> float:
+        """Fraction of elements beyond the percentile threshold, per side (0.0 for other methods)."""
+        if self.method != "percentile":
+            return 0.0
+        return (100.0 - self.percentile) / (100.0 if self.absolute else 200.0)
+
+
+def calibrator_params(c: StaticQuantConfig) -> CalibratorParams:
+    """Resolve ``c``'s calibrator as ``create_calibrator`` would (:data:`CALIBRATOR_DEFAULTS` + :func:`calibrator_options`)."""
+    merged = {**(_HISTOGRAM_FILL if c.method != "minmax" else {}), **CALIBRATOR_DEFAULTS[c.method], **calibrator_options(c)}
+    return CalibratorParams(method=c.method, **merged)
+
+
+@dataclasses.dataclass(frozen=True)
+class CalibrationPlan:
+    """What to calibrate: the tap model (every calibrated tensor also a graph output) and those tensors, sorted."""
+
+    tap_model: Path
+    tensors: tuple[str, ...]
+    params: CalibratorParams
+
+
+def calibration_plan(model_path: str | Path, config: StaticQuantConfig, op_types: list[str], workdir: str | Path) -> CalibrationPlan:
+    """Select the tensors ORT's calibrator would calibrate (``CalibraterBase.select_tensors_to_calibrate``: inputs
+    and outputs of nodes of ``op_types``, float, not initializers, on the shape-inferred model) and write the tap
+    model as ``HistogramCalibrater.augment_graph`` does, to ``workdir/tap_model.onnx``. No session is created."""
+    import onnx
+    from onnxruntime.quantization.calibrate import CalibraterBase
+
+    tap = Path(workdir) / "tap_model.onnx"
+    base = CalibraterBase(Path(model_path), op_types_to_calibrate=op_types, augmented_model_path=str(tap))
+    tensors, value_infos = base.select_tensors_to_calibrate(base.model)
+    model = base.model
+    outputs = {o.name for o in model.graph.output}
+    for name in sorted(tensors):
+        if name not in outputs:
+            model.graph.output.append(value_infos[name])
+    onnx.save(model, str(tap))
+    return CalibrationPlan(tap, tuple(sorted(tensors)), calibrator_params(config))
+
+
+def _tensors_data(method: str, data: dict[str, Any]) -> Any:
+    from onnxruntime.quantization.calibrate import CalibrationMethod, TensorsData
+
+    return TensorsData(getattr(CalibrationMethod, METHODS[method]), data)
+
+
+def minmax_ranges(pairs: dict[str, tuple[Any, Any]]) -> Any:
+    """ORT ``TensorsData`` (MinMax) from ``{tensor: (lowest, highest)}`` float arrays."""
+    return _tensors_data("minmax", dict(sorted(pairs.items())))
+
+
+def histogram_ranges(params: CalibratorParams, histogram_dict: dict[str, tuple[Any, ...]]) -> Any:
+    """ORT ``TensorsData`` from histograms in ORT's one-call ``HistogramCollector`` layout, computed by ORT's
+    own ``compute_collection_result`` (percentile, entropy, distribution)."""
+    from onnxruntime.quantization.calibrate import HistogramCollector
+
+    collector = HistogramCollector(method=params.method, symmetric=params.symmetric, num_bins=params.num_bins,
+                                   num_quantized_bins=params.num_quantized_bins, percentile=params.percentile, scenario=params.scenario)
+    collector.histogram_dict = histogram_dict
+    with quiet_ort():
+        return _tensors_data(params.method, collector.compute_collection_result())
+
+
+def ranges_from_pairs(method: str, pairs: dict[str, tuple[float, float]]) -> Any:
+    """ORT ``TensorsData`` from recorded ``{tensor: (min, max)}`` floats (record replay)."""
+    from onnxruntime.quantization.calibrate import TensorData
+
+    return _tensors_data(method, {k: TensorData(lowest=np.array(lo, np.float32), highest=np.array(hi, np.float32))
+                                  for k, (lo, hi) in sorted(pairs.items())})
+
+
+def range_overrides(ranges: Any, names: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """``TensorQuantOverrides`` pinning each of ``names`` to its own calibrated range (``rmin``/``rmax`` taken
+    from ``ranges``, ORT ``TensorsData``, unchanged), which ORT prefers over any range it would adjust."""
+    return {n: [{"rmin": ranges[n].range_value[0], "rmax": ranges[n].range_value[1]}] for n in names}
+
+
+def replay_overrides(tensors: Any) -> dict[str, list[dict[str, Any]]]:
+    """ORT ``TensorQuantOverrides`` fixing every per-tensor 8/16-bit activation's scale and zero point to those of
+    ``tensors`` (a record's :class:`~quantkit.artifacts.TensorScale` rows)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for t in tensors:
+        if t.role != "activation" or len(t.scale) != 1:
+            continue
+        it = INT_TYPES.get(t.dtype)
+        if it is None or it.bits not in (8, 16):
+            continue
+        out[t.name] = [{"scale": np.array(t.scale[0], np.float32), "zero_point": np.array(t.zero_point[0], it.numpy),
+                        "quant_type": quant_type(t.dtype)}]
+    return out
+
+
+# -- the quantizers ----------------------------------------------------------------------------------------------
+def run_static(prepared: Path, dest: Path, ranges: Any, kwargs: dict[str, Any], workdir: Path) -> None:
+    """ORT ``quantize_static`` on ``prepared`` with ``ranges`` handed over as its calibration cache (ORT then
+    skips its own calibration); ``kwargs`` from :func:`static_kwargs`. ORT's exceptions propagate."""
+    from onnxruntime.quantization import quantize_static
+    from onnxruntime.quantization.calibrate import save_tensors_data
+
+    cache = workdir / "ranges.json"
+    save_tensors_data(ranges, cache)
+    with quiet_ort():
+        quantize_static(str(prepared), str(dest), None, calibration_cache_path=str(cache), **kwargs)
+
+
+def pre_process(src: Path, dst: Path) -> None:
+    """ORT's ``quant_pre_process`` (graph optimizations + ONNX shape inference, symbolic inference skipped: shapes
+    are fixed by intake) from ``src`` to ``dst``."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    quant_pre_process(str(src), str(dst), skip_symbolic_shape=True)
+
+
+def run_dynamic(prepared: Path, dest: Path, kwargs: dict[str, Any]) -> None:
+    """ORT ``quantize_dynamic``; ``kwargs`` from :func:`dynamic_kwargs`. ORT's exceptions propagate."""
+    from onnxruntime.quantization import quantize_dynamic
+
+    with quiet_ort():
+        quantize_dynamic(str(prepared), str(dest), **kwargs)

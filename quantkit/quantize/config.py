@@ -3,8 +3,10 @@
 The config's *type* selects the handler (torchao's ``quantize_(model, config)``):
 :class:`StaticQuantConfig` runs calibration and ORT's ``quantize_static`` machinery,
 :class:`DynamicQuantConfig` runs ORT's ``quantize_dynamic``. Every field is translated to ONNX Runtime
-arguments in exactly one place, :mod:`quantkit.quantize.adapter`; a combination ORT would ignore or
-reject raises :class:`~quantkit.errors.UnsupportedOptionError` when the config is built.
+arguments in exactly one place, :mod:`quantkit.quantize.adapter` (which imports this module, never the
+reverse); a combination ORT would ignore or reject raises :class:`~quantkit.errors.UnsupportedOptionError`
+when the config is built (:func:`check_static`, :func:`check_dynamic`, checked against ORT 1.32's
+``check_static_quant_arguments``, ``create_calibrator``, ``compute_distribution`` and ``MinMaxCalibrater``).
 
 Defaults are those of ``onnxruntime.quantization.quantize_static`` (1.32): MinMax, QDQ, per-tensor,
 int8 weights, asymmetric activations, weight symmetry by weight type (signed -> symmetric), no range
@@ -20,11 +22,12 @@ import dataclasses
 from typing import Literal
 
 from ..config import Config
-from ..errors import ConfigError
+from ..dtypes import int_type
+from ..errors import ConfigError, UnsupportedOptionError
 
 Method = Literal["minmax", "entropy", "percentile", "distribution"]
 Format = Literal["qdq", "qoperator"]
-QType = Literal["uint8", "int8", "uint16", "int16", "uint4", "int4"]
+QType = Literal["uint8", "int8", "uint16", "int16", "uint4", "int4"]  # = quantkit.dtypes.QUANT_TYPE_NAMES (a test checks)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,8 +49,6 @@ class TensorOverride(Config):
     rmax: float | None = None
 
     def validate(self) -> None:
-        from ..errors import UnsupportedOptionError
-
         if (self.scale is None) != (self.zero_point is None):
             raise UnsupportedOptionError("tensor_overrides: 'scale' and 'zero_point' must be given together; set both or neither")
         if self.scale is not None:
@@ -83,8 +84,6 @@ class _Common(Config):
                 raise ConfigError(f"node_patterns_to_exclude: {p!r} is not a valid regular expression ({e})") from None
         overlap = sorted(set(self.op_types_to_quantize) & set(self.op_types_to_exclude))
         if overlap:
-            from ..errors import UnsupportedOptionError
-
             raise UnsupportedOptionError(f"op_types_to_exclude: {overlap[0]!r} is also in op_types_to_quantize; keep it in one list")
 
 
@@ -110,8 +109,9 @@ class StaticQuantConfig(_Common):
         distribution_scenario: distribution only, "same" | "p3".
         moving_average / averaging_constant: minmax only (``CalibMovingAverage[Constant]``); the constant
             in [0, 1], only with ``moving_average``.
-        calibration_chunk_size: images per ``collect_data`` call; peak memory grows with it, not with the
-            set size (quantkit's own knob, see :mod:`quantkit.quantize.calibrate`).
+        calibration_chunk_size: images per chunk, the unit of progress and of checkpoints (a chunk is saved
+            at most every 10 s); images are read one at a time, so peak memory depends on neither it nor
+            the set size (quantkit's own knob, see :mod:`quantkit.quantize.calibrate`).
         max_images: calibrate on the first N images of the set (manifest order); None = all.
         nodes_to_exclude / node_patterns_to_exclude (regex, full match) / op_types_to_exclude: kept in
             float (``nodes_to_exclude`` / ``op_types_to_quantize``); each must match the model.
@@ -140,8 +140,6 @@ class StaticQuantConfig(_Common):
             raise ConfigError(f"calibration_chunk_size: {self.calibration_chunk_size} must be >= 1")
         if self.max_images is not None and self.max_images < 1:
             raise ConfigError(f"max_images: {self.max_images} must be >= 1 (or null for all)")
-        from .adapter import check_static
-
         check_static(self)
 
     def __hash__(self) -> int:  # dict field: hash by content
@@ -157,9 +155,57 @@ class DynamicQuantConfig(_Common):
 
     def validate(self) -> None:
         super().validate()
-        from .adapter import check_dynamic
-
         check_dynamic(self)
+
+
+def check_static(c: StaticQuantConfig) -> None:
+    """Raise UnsupportedOptionError for a combination ORT would ignore or reject (model-independent)."""
+    m = c.method
+    if c.percentile is not None:
+        if m != "percentile":
+            raise UnsupportedOptionError(f"percentile: only used by method 'percentile' (ORT ignores it with {m!r}); remove it or set method: percentile")
+        if not 0 < c.percentile <= 100:
+            raise UnsupportedOptionError(f"percentile: {c.percentile} must be in (0, 100]")
+    if c.num_bins is not None:
+        if m == "minmax":
+            raise UnsupportedOptionError("num_bins: only used by histogram methods (entropy, percentile, distribution); remove it for minmax")
+        if c.num_bins < 1:
+            raise UnsupportedOptionError(f"num_bins: {c.num_bins} must be >= 1")
+        if m == "distribution" and c.num_bins < 512:
+            raise UnsupportedOptionError(f"num_bins: {c.num_bins} < 512, which ORT's distribution calibrator rejects; use >= 512")
+    if c.num_quantized_bins is not None:
+        if m != "entropy":
+            raise UnsupportedOptionError(f"num_quantized_bins: only used by method 'entropy' (ORT ignores it with {m!r}); remove it")
+        if c.num_quantized_bins < 2:
+            raise UnsupportedOptionError(f"num_quantized_bins: {c.num_quantized_bins} must be >= 2")
+        if c.num_quantized_bins > (c.num_bins if c.num_bins is not None else 128):
+            raise UnsupportedOptionError(f"num_quantized_bins: {c.num_quantized_bins} exceeds num_bins; raise num_bins or lower it")
+    if c.distribution_scenario is not None and m != "distribution":
+        raise UnsupportedOptionError(f"distribution_scenario: only used by method 'distribution'; remove it for {m!r}")
+    if c.calibration_symmetric is not None and m == "distribution":
+        raise UnsupportedOptionError("calibration_symmetric: ORT's distribution calibrator ignores it; remove it")
+    if c.moving_average and m != "minmax":
+        raise UnsupportedOptionError(f"moving_average: only used by method 'minmax' (ORT ignores it with {m!r}); remove it")
+    if c.averaging_constant is not None:
+        if not c.moving_average:
+            raise UnsupportedOptionError("averaging_constant: only used with moving_average: true; set it or remove averaging_constant")
+        if not 0 <= c.averaging_constant <= 1:
+            raise UnsupportedOptionError(f"averaging_constant: {c.averaging_constant} must be in [0, 1]")
+    a, w = c.activation_type, c.weight_type
+    if a == "int8" and w == "uint8":
+        raise UnsupportedOptionError("activation_type int8 with weight_type uint8 is rejected by ORT; use uint8/int8 or int8/int8")
+    wide = [n for n, t in (("activation_type", a), ("weight_type", w)) if int_type(t).bits != 8]
+    if wide and c.format != "qdq":
+        raise UnsupportedOptionError(f"{wide[0]}: 16- and 4-bit types need format: qdq (ORT's QOperator kernels are 8-bit); set format: qdq")
+    for name, ov in c.tensor_overrides.items():
+        if ov.quant_type is not None and int_type(ov.quant_type).bits != 8 and c.format != "qdq":
+            raise UnsupportedOptionError(f"tensor_overrides.{name}.quant_type: {ov.quant_type} needs format: qdq")
+
+
+def check_dynamic(c: DynamicQuantConfig) -> None:
+    """Raise UnsupportedOptionError for what ORT's ``quantize_dynamic`` cannot do."""
+    if c.weight_type not in ("int8", "uint8"):
+        raise UnsupportedOptionError(f"weight_type: {c.weight_type} is not supported by dynamic quantization (ConvInteger/MatMulInteger are 8-bit); use int8 or uint8")
 
 
 QuantConfig = StaticQuantConfig | DynamicQuantConfig

@@ -6,67 +6,45 @@ Static path (what ``onnxruntime.quantization.quantize_static`` does, split so ca
    (:mod:`.adapter`: exclusions exist, opset fits the format);
 2. prepare: ``Constant`` nodes become initializers (ORT quantizes weights only when they are
    initializers; PP-OCR's exporter emits them as Constant nodes, which ORT would treat as activations);
-3. collect ranges chunk by chunk with ORT's own calibrator (:mod:`.calibrate`), resumable;
-4. hand the ranges to ``quantize_static`` through its ``calibration_cache_path`` (ORT then skips its own
-   calibration and runs ``QDQQuantizer`` / ``ONNXQuantizer`` exactly as usual);
-5. embed the export note, check ORT loads the result, read every scale/zero point back from it
-   (:func:`.record.extract_scales`) and write ``model_int8.onnx`` + ``record.json`` into ``out`` at once
-   (:func:`quantkit._io.atomic_output_dir`).
+3. collect ranges image by image, reproducing ORT's calibrators (:mod:`.calibrate`), resumable; tensors
+   that never held a value (data-dependent shapes) keep their nodes in float, named in the record;
+4. pin graph outputs that feed a Relu/Clip to their own range (ORT would give them the Relu's,
+   :func:`.outputs.relu_fed_outputs`) and hand the ranges to ``quantize_static`` through its
+   ``calibration_cache_path`` (:mod:`.adapter`; ORT then runs ``QDQQuantizer`` / ``ONNXQuantizer`` as usual);
+5. embed the export note, load and run the result at the deployment optimization level
+   (:func:`.runtime_check.check_runs`: a runtime that refuses the model stops here, nothing written), read
+   every scale/zero point back from it (:func:`.scales.extract_scales`), describe what the written model
+   computes at its outputs (:mod:`.outputs`: every graph output, ranges that changed, collapsed channels) and
+   write ``model_int8.onnx`` + ``record.json`` into ``out`` at once (:func:`quantkit._io.atomic_output_dir`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .._io import atomic_output_dir, fingerprint, sha256_bytes, sha256_file
+from .._io import atomic_output_dir, sha256_bytes, sha256_file
 from ..artifacts.record import CalibrationRecord, SetRef, TensorScale
-from ..dtypes import INT_TYPES
-from ..errors import ConfigError, ModelError, QuantkitError, UnsupportedOptionError
+from ..errors import CalibrationSetError, ConfigError, ModelError, QuantkitError, TargetSupportError, UnsupportedOptionError
 from ..modelio import load_model, opset_of
 from ..note import ExportNote
 from ..versions import tool_versions
-from . import adapter
-from .calibrate import CalibrationRun, collect_ranges, quiet_ort
+from . import adapter, outputs
+from .calibrate import CalibrationRun, collect_ranges
+from .checkpoint import CheckpointKey
 from .config import DynamicQuantConfig, StaticQuantConfig
+from .runtime_check import check_runs, combination_fix
 from .scales import extract_scales
 
 log = logging.getLogger(__name__)
 
 MODEL_FILE = "model_int8.onnx"
 RECORD_FILE = "record.json"
-
-
-class _DropOrtNags(logging.Filter):
-    """ORT root-logger warnings a quantkit user cannot act on: the pre-processing advice (intake did it),
-    per-channel axis notes for rank-1 BatchNormalization weights (ORT falls back to per-tensor), and the
-    automatic opset bump for 16-bit types (recorded as opset_after)."""
-
-    _NAGS = ("pre-process", "is out-of-range for weight", "does not support 16-bit integer quantization natively")
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        msg = record.getMessage()
-        return not any(n in msg for n in self._NAGS)
-
-
-@contextlib.contextmanager
-def _ort_logging() -> Iterator[None]:
-    """Silence ORT's "Please consider pre-processing" root-logger warning for the duration of a call."""
-    root = logging.getLogger()
-    f = _DropOrtNags()
-    root.addFilter(f)
-    try:
-        with quiet_ort():
-            yield
-    finally:
-        root.removeFilter(f)
 
 
 def load_intake(intake: str | Path) -> tuple[Path, Any, ExportNote]:
@@ -105,112 +83,179 @@ def constants_to_initializers(model: Any) -> int:
     return moved
 
 
-def _finish(tmp_model: Path, note: ExportNote, dest: Path) -> tuple[Any, bytes]:
-    """Embed the note, check ORT loads the model, write it to ``dest``; returns (ModelProto, bytes)."""
-    import onnx
+def _finish(tmp_model: Path, note: ExportNote, dest: Path, config: Any) -> tuple[Any, bytes]:
+    """Embed the note, write the model to ``dest`` (inside the output's temporary folder) and check the runtime
+    loads and runs it at its deployment level; returns (ModelProto, bytes).
 
-    from ..runner import OrtRunner
+    Raises:
+        TargetSupportError: it cannot; ``dest`` is removed (the caller's output folder is discarded anyway).
+    """
+    import onnx
 
     q = onnx.load(str(tmp_model))
     note.embed(q)
     data = q.SerializeToString()
-    try:
-        with OrtRunner(data, graph_optimization_level="disable", name=dest.name):
-            pass
-    except ModelError as e:
-        raise ModelError(f"{dest.name}: ONNX Runtime wrote a model it cannot load ({e}); change format/types or run 'quantkit intake' to upgrade the opset") from None
     dest.write_bytes(data)
+    try:
+        check_runs(dest, name=dest.name, fix=combination_fix(config))
+    except TargetSupportError:
+        dest.unlink()
+        raise
     return q, data
 
 
-def _ranges_from_record(record: CalibrationRecord, method: str) -> Any:
-    from onnxruntime.quantization import CalibrationMethod
-    from onnxruntime.quantization.calibrate import TensorData, TensorsData
+def _load_set(calibration_set: Any) -> Any:
+    """The calibration set, every image re-hashed: a set whose image was overwritten after registration must
+    not be calibrated under its old set id (the record would then name content it was not calibrated on)."""
+    from ..calibset import CalibrationSet
 
-    pairs: dict[str, tuple[Any, Any]]
-    if record.calibrated_ranges:
-        pairs = {k: (v[0], v[1]) for k, v in record.calibrated_ranges.items()}
-    else:
-        pairs = {t.name: (t.range_min, t.range_max) for t in record.tensors if t.role == "activation" and t.range_min is not None}
-    data = {k: TensorData(lowest=np.array(lo, np.float32), highest=np.array(hi, np.float32)) for k, (lo, hi) in sorted(pairs.items())}
-    return TensorsData(getattr(CalibrationMethod, adapter.METHODS[method]), data)
+    if calibration_set is None:
+        raise ConfigError("static quantization needs --calibration-set DIR (or use --dynamic)")
+    if isinstance(calibration_set, (str, Path)):
+        return CalibrationSet.load(calibration_set, verify=True)
+    calibration_set.verify()
+    return calibration_set
+
+
+def _exclude_unobserved(model: Any, unobserved: tuple[str, ...], excluded: list[str]) -> list[str]:
+    """Names of the nodes that read or write a tensor which held no value on any calibration image (a
+    data-dependent shape, empty each time): they stay in float, one log line per tensor.
+
+    Raises:
+        ModelError: such a node has no name (ORT excludes nodes by name); run 'quantkit intake' to name them.
+    """
+    more: list[str] = []
+    for t in unobserved:
+        nodes = [n for n in model.graph.node if t in n.input or t in n.output]
+        if any(not n.name for n in nodes):
+            raise ModelError(f"tensor {t!r} held no value on any calibration image and a node using it has no name; "
+                             "run 'quantkit intake' to name the nodes, or calibrate on images where it is not empty")
+        names = [n.name for n in nodes if n.name not in excluded and n.name not in more]
+        log.warning("tensor %r held no value on any calibration image (its shape depends on the data); nodes %s stay in float",
+                    t, ", ".join(names) or "(already excluded)")
+        more += names
+    return more
 
 
 def _static(model: Any, model_path: Path, note: ExportNote, config: StaticQuantConfig, calibration_set: Any,
-            out: Path, checkpoint: Path | None, record: CalibrationRecord | None, replay_scales: bool = True) -> CalibrationRecord:
-    from onnxruntime.quantization import quantize_static
-    from onnxruntime.quantization.calibrate import save_tensors_data
+            out: Path, checkpoint: Path | None, record: CalibrationRecord | None, replay_scales: bool = True,
+            levels_floor: float = outputs.DEFAULT_LEVELS_FLOOR) -> CalibrationRecord:
+    import onnx
 
     model_digest = sha256_file(model_path)
     adapter.check_opset(config, opset_of(model), str(model_path))
     op_types, excluded = adapter.resolve_exclusions(config, model, config.format)
-    cs_info: SetRef | None = None
-    set_id = None
     if record is None:
-        if calibration_set is None:
-            raise ConfigError("static quantization needs --calibration-set DIR (or use --dynamic)")
-        if config.method == "distribution":
-            # ORT's DistributionCalibrater computes mean/std for float 8 types; integer types get its
-            # histogram edges as the range, i.e. the symmetric (-max|x|, max|x|) (ORT calibrate.py,
-            # compute_distribution): on the demo detector, pixel IoU vs FP32 0.02 (bench/bench_calibration.py).
-            log.warning("method 'distribution' is ORT's float 8 calibrator: with %s activations its range is the symmetric "
-                        "(-max|x|, max|x|), which wastes half of an unsigned grid; prefer minmax, percentile or entropy",
-                        config.activation_type)
-        from ..calibset import CalibrationSet, CalibrationSetReader
-
-        # Re-hash every image: a set whose image was overwritten after registration must not be calibrated
-        # under its old set id (the record would then name content it was not calibrated on).
-        if isinstance(calibration_set, (str, Path)):
-            cset = CalibrationSet.load(calibration_set, verify=True)
-        else:
-            cset = calibration_set
-            cset.verify()
-        set_id = cset.set_id
-        cs_info = SetRef(path=str(cset.root), set_id=cset.set_id, name=cset.name, camera=cset.camera,
-                        lighting=cset.lighting, count=cset.count)
+        cset = _load_set(calibration_set)
+        cs_info = SetRef(path=str(cset.root), set_id=cset.set_id, name=cset.name, camera=cset.camera, lighting=cset.lighting, count=cset.count)
     else:
         cs_info = record.calibration_set
-        set_id = record.set_id
     prepared = type(model)()
     prepared.CopyFrom(model)
     moved = constants_to_initializers(prepared)
     if moved:
         log.info("moved %d Constant nodes to initializers before quantization", moved)
+    channels: Any = ()  # a replay has no per-channel ranges (a record keeps none): its outputs are checked per tensor
     with tempfile.TemporaryDirectory(prefix="quantkit-quantize-") as work_s:
         work = Path(work_s)
         prep_path = work / "prepared.onnx"
-        import onnx
-
         onnx.save(prepared, str(prep_path))
-        calib: dict[str, Any] = {}
-        extra_overrides = None
+        overrides: dict[str, list[dict[str, Any]]] = {}
         if record is None:
-            reader = CalibrationSetReader(cset, note.preprocessing, batch_size=1)
-            key = fingerprint({"model": model_digest, "set": set_id, "config": config.config_hash()})
-            run: CalibrationRun = collect_ranges(prep_path, reader, config, workdir=work, op_types=op_types, checkpoint=checkpoint, key=key)
-            ranges = run.tensors
-            calib = run.to_dict()
+            ranges, calib, channels, excluded = _calibrate(prep_path, prepared, cset, note, config, work, op_types, excluded, checkpoint, model_digest)
         else:
-            ranges = _ranges_from_record(record, config.method)
-            extra_overrides = replay_overrides(record) if replay_scales else None
+            ranges = adapter.ranges_from_pairs(config.method, _recorded_pairs(record))
+            overrides = adapter.replay_overrides(record.tensors) if replay_scales else {}
             calib = {"replayed_from" if replay_scales else "ranges_from": record.fingerprint}
-        cache = work / "ranges.json"
-        save_tensors_data(ranges, cache)
-        kwargs = adapter.static_kwargs(config, op_types, excluded, extra_overrides)
-        raw = work / "quantized.onnx"
+            for k in ("float_nodes", "variable_shape", "outputs_pinned"):  # what the recorded run decided, and why
+                if record.calibration.get(k):
+                    calib[k] = list(record.calibration[k])
+            excluded = excluded + [n for n in calib.get("float_nodes", []) if n not in excluded]
+        pinned = [n for n in outputs.relu_fed_outputs(prepared, ranges, op_types, excluded) if n not in config.tensor_overrides and n not in overrides]
+        overrides.update(adapter.range_overrides(ranges, pinned))
+        job = _Quantization(model_path, prep_path, ranges, config, op_types, overrides, note, out / MODEL_FILE, work)
+        q, data, floated = job.run_checked(prepared, excluded, set(calib.get("variable_shape", ())))
+        if floated:
+            calib["float_nodes"] = sorted(set(calib.get("float_nodes", [])) | set(floated))
+    tensors = extract_scales(q, prepared, ranges=ranges, calibrator=config.method)
+    calib.update(outputs.findings(prepared, tensors, ranges, config.symmetric_activations, channels, pinned, levels_floor))
+    rec = _record(tensors, model_digest, sha256_bytes(data), cs_info, config, opset_of(model), opset_of(q), "static", calib)
+    full = {k: (float(np.min(ranges[k].range_value[0])), float(np.max(ranges[k].range_value[1]))) for k in sorted(ranges.data)}
+    return dataclasses.replace(rec, calibrated_ranges=full)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Quantization:
+    """One ``quantize_static`` run and its runtime check, for a given set of nodes kept in float."""
+
+    source: Path  # the intake model, for messages
+    prep_path: Path
+    ranges: Any
+    config: StaticQuantConfig
+    op_types: list[str]
+    overrides: dict[str, Any]
+    note: ExportNote
+    dest: Path
+    work: Path
+
+    def run(self, excluded: list[str]) -> tuple[Any, bytes]:
+        raw = self.work / "quantized.onnx"
         try:
-            with _ort_logging():
-                quantize_static(str(prep_path), str(raw), None, calibration_cache_path=str(cache), **kwargs)
+            adapter.run_static(self.prep_path, raw, self.ranges, adapter.static_kwargs(self.config, self.op_types, excluded, self.overrides or None), self.work)
         except QuantkitError:
             raise
         except Exception as e:  # ORT raises ValueError/AttributeError/RuntimeError on models it cannot handle
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise ModelError(f"{model_path}: ONNX Runtime could not quantize the model ({type(e).__name__}: {first}); run 'quantkit intake' on it or exclude the failing nodes") from None
-        q, data = _finish(raw, note, out / MODEL_FILE)
-    tensors = extract_scales(q, prepared, ranges=ranges, calibrator=config.method)
-    rec = _record(tensors, model_digest, sha256_bytes(data), cs_info, config, opset_of(model), opset_of(q), "static", calib)
-    full = {k: (float(np.min(ranges[k].range_value[0])), float(np.max(ranges[k].range_value[1]))) for k in sorted(ranges.data)}
-    return dataclasses.replace(rec, calibrated_ranges=full)
+            raise ModelError(f"{self.source}: ONNX Runtime could not quantize the model ({type(e).__name__}: {first}); "
+                             "run 'quantkit intake' on it or exclude the failing nodes") from None
+        return _finish(raw, self.note, self.dest, self.config)
+
+    def run_checked(self, model: Any, excluded: list[str], variable: Any) -> tuple[Any, bytes, list[str]]:
+        """:meth:`run`; when the runtime refuses the result and the model has tensors whose shape depends on the
+        data (``variable``), once more with the nodes reading or writing them in float (ORT 1.32 crashes on a
+        quantized ``Mul`` fed by an empty ``GatherND``). Returns (ModelProto, bytes, the nodes floated)."""
+        try:
+            return (*self.run(excluded), [])
+        except TargetSupportError as e:
+            around = sorted({n.name for n in model.graph.node if n.name and n.name not in excluded
+                             and any(t in variable for t in (*n.input, *n.output))})
+            if not around:
+                raise
+            log.warning("%s -- retrying with the nodes around tensors whose shape depends on the data (%s) in float: %s",
+                        str(e).split("; ")[0], ", ".join(sorted(variable)), ", ".join(around))
+            return (*self.run(excluded + around), around)
+
+
+def _calibrate(prep_path: Path, prepared: Any, cset: Any, note: ExportNote, config: StaticQuantConfig, work: Path, op_types: list[str],
+               excluded: list[str], checkpoint: Path | None, model_digest: str) -> tuple[Any, dict[str, Any], Any, list[str]]:
+    """Collect ranges on ``cset``; returns (ranges, the record's calibration entries, output channel ranges,
+    nodes to exclude, now including those around tensors that never held a value)."""
+    from ..calibset import CalibrationSetReader
+
+    if config.method == "distribution":
+        # ORT's DistributionCalibrater computes mean/std for float 8 types; integer types get its histogram
+        # edges as the range, i.e. the symmetric (-max|x|, max|x|) (ORT calibrate.py, compute_distribution):
+        # on the demo detector, pixel IoU vs FP32 0.02 (bench/bench_calibration.py).
+        log.warning("method 'distribution' is ORT's float 8 calibrator: with %s activations its range is the symmetric "
+                    "(-max|x|, max|x|), which wastes half of an unsigned grid; prefer minmax, percentile or entropy",
+                    config.activation_type)
+    reader = CalibrationSetReader(cset, note.preprocessing, batch_size=1)
+    key = CheckpointKey.for_run(model_digest, cset.set_id, config.config_hash())
+    run: CalibrationRun = collect_ranges(prep_path, reader, config, workdir=work, op_types=op_types, checkpoint=checkpoint, key=key,
+                                         outputs={o.name: outputs.channel_axes(prepared, o.name) for o in prepared.graph.output})
+    for w in run.warnings:
+        log.warning("%s", w)
+    calib = run.to_dict()
+    unobserved = _exclude_unobserved(prepared, run.unobserved, excluded)
+    if unobserved:
+        calib["float_nodes"] = unobserved
+    return run.tensors, calib, run.channel_ranges, excluded + unobserved
+
+
+def _recorded_pairs(record: CalibrationRecord) -> dict[str, tuple[float, float]]:
+    if record.calibrated_ranges:
+        return {k: (v[0], v[1]) for k, v in record.calibrated_ranges.items()}
+    return {t.name: (t.range_min, t.range_max) for t in record.tensors if t.role == "activation" and t.range_min is not None}
 
 
 def _record(tensors: tuple[TensorScale, ...], model_digest: str, qdigest: str, cs_info: SetRef | None, config: Any,
@@ -226,7 +271,6 @@ def _record(tensors: tuple[TensorScale, ...], model_digest: str, qdigest: str, c
 
 def _dynamic(model: Any, model_path: Path, note: ExportNote, config: DynamicQuantConfig, out: Path) -> CalibrationRecord:
     import onnx
-    from onnxruntime.quantization import quantize_dynamic
 
     model_digest = sha256_file(model_path)
     op_types, excluded = adapter.resolve_exclusions(config, model, "dynamic")
@@ -238,16 +282,16 @@ def _dynamic(model: Any, model_path: Path, note: ExportNote, config: DynamicQuan
         prep_path, raw = work / "prepared.onnx", work / "quantized.onnx"
         onnx.save(prepared, str(prep_path))
         try:
-            with _ort_logging():
-                quantize_dynamic(str(prep_path), str(raw), **adapter.dynamic_kwargs(config, op_types, excluded))
+            adapter.run_dynamic(prep_path, raw, adapter.dynamic_kwargs(config, op_types, excluded))
         except QuantkitError:
             raise
         except Exception as e:
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
             raise ModelError(f"{model_path}: ONNX Runtime could not quantize the model dynamically ({type(e).__name__}: {first}); run 'quantkit intake' on it") from None
-        q, data = _finish(raw, note, out / MODEL_FILE)
+        q, data = _finish(raw, note, out / MODEL_FILE, config)
     tensors = extract_scales(q, prepared, calibrator="dynamic")
-    return _record(tensors, model_digest, sha256_bytes(data), None, config, opset_of(model), opset_of(q), "dynamic", {})
+    calib = {"outputs": outputs.output_summary(prepared, tensors, {})}
+    return _record(tensors, model_digest, sha256_bytes(data), None, config, opset_of(model), opset_of(q), "dynamic", calib)
 
 
 def quantize(
@@ -257,6 +301,7 @@ def quantize(
     out: str | Path,
     calibration_set: Any = None,
     checkpoint: str | Path | None = None,
+    levels_floor: float = outputs.DEFAULT_LEVELS_FLOOR,
 ) -> CalibrationRecord:
     """Quantize the intake model; the config's type selects static (calibrated) or dynamic.
 
@@ -266,16 +311,23 @@ def quantize(
         config: :class:`StaticQuantConfig` or :class:`DynamicQuantConfig`.
         out: output folder; gets ``model_int8.onnx`` and ``record.json`` all at once, or nothing.
         calibration_set: set folder or :class:`quantkit.calibset.CalibrationSet` (static only).
-        checkpoint: calibration checkpoint file; default ``<out parent>/.<out name>.calib-checkpoint``,
-            kept when the run fails (the next run resumes from it), removed when it succeeds.
+        checkpoint: calibration checkpoint file (``.npz``); default ``<out parent>/.<out name>.calib-checkpoint``,
+            kept when the run is interrupted or an image is unreadable (the next run resumes from it), removed
+            when it succeeds or fails with another error (its fix changes the model or config, hence the key).
+        levels_floor: a channel of a quantized graph output spanning fewer quantization steps is flagged
+            (record ``calibration["collapsed_outputs"]``, a warning); see :mod:`quantkit.quantize.outputs`.
 
     Returns:
-        The :class:`CalibrationRecord` written to ``out/record.json``.
+        The :class:`CalibrationRecord` written to ``out/record.json``. Its ``calibration`` also lists every
+        graph output (``outputs``) and, when there are any, ``range_changes``, ``collapsed_outputs``,
+        ``outputs_pinned``, ``unobserved``, ``variable_shape`` and ``warnings`` (:mod:`.outputs`, :mod:`.calibrate`).
 
     Raises:
         ModelError, CalibrationSetError, ConfigError, UnsupportedOptionError: one-line, naming the file or
             field; ``out`` is left as it was. A calibration set is re-hashed first: a missing or changed image
             raises :class:`CalibrationSetError` naming it (register the changed set as a new version).
+        TargetSupportError: ONNX Runtime's CPU provider cannot load or run the quantized model at its default
+            optimization level (e.g. 4-bit activations with 8-bit weights); nothing is written.
     """
     model_path, model, note = load_intake(intake)
     out = Path(out)
@@ -289,25 +341,16 @@ def quantize(
     if not isinstance(config, StaticQuantConfig):
         raise TypeError(f"config must be StaticQuantConfig or DynamicQuantConfig, not {type(config).__name__}")
     ckpt = Path(checkpoint) if checkpoint is not None else out.parent / f".{out.name}.calib-checkpoint"
-    with atomic_output_dir(out) as tmp:
-        rec = _static(model, model_path, note, config, calibration_set, tmp, ckpt, None)
-        rec.save(tmp / RECORD_FILE)
+    try:
+        with atomic_output_dir(out) as tmp:
+            rec = _static(model, model_path, note, config, calibration_set, tmp, ckpt, None, levels_floor=levels_floor)
+            rec.save(tmp / RECORD_FILE)
+    except QuantkitError as e:
+        if not isinstance(e, CalibrationSetError):  # the fix changes the model or config, hence the key: no resume
+            ckpt.unlink(missing_ok=True)
+        raise
     ckpt.unlink(missing_ok=True)
     return rec
-
-
-def replay_overrides(record: CalibrationRecord) -> dict[str, list[dict[str, Any]]]:
-    """ORT ``TensorQuantOverrides`` fixing every activation's scale and zero point to the record's."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    for t in record.tensors:
-        if t.role != "activation" or len(t.scale) != 1:
-            continue
-        it = INT_TYPES.get(t.dtype)
-        if it is None or it.bits not in (8, 16):
-            continue
-        out[t.name] = [{"scale": np.array(t.scale[0], np.float32), "zero_point": np.array(t.zero_point[0], it.numpy),
-                        "quant_type": adapter.quant_type(t.dtype)}]
-    return out
 
 
 def replay(record: CalibrationRecord | str | Path, intake: str | Path, *, out: str | Path) -> CalibrationRecord:
