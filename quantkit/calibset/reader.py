@@ -28,7 +28,6 @@ from typing import Any, Iterator, Literal
 import numpy as np
 
 from ..errors import CalibrationSetError, ConfigError, InputFileError
-from ..imageio import load_image
 from ..note import Preprocessing, Transform
 from .manifest import CalibrationSet, ImageEntry
 
@@ -115,7 +114,7 @@ class CalibrationSetReader:
             for e in chunk:
                 path = self.cset.root / e.file
                 try:
-                    x, tf = self.preprocessing.apply(load_image(path))
+                    x, tf = self.preprocessing.load(path)
                 except InputFileError as err:
                     if self.on_error == "fail":
                         # No "on_error=skip" hint here: the commands that read sets (quantize, compare, evaluate,

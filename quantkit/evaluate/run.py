@@ -33,7 +33,7 @@ from ..artifacts.thresholds import ThresholdSet
 from ..errors import ConfigError, InputFileError
 from ..note import ExportNote
 from ..progress import progress
-from ..tasks import Decision, TaskAdapter
+from ..tasks import TaskAdapter
 from ..thresholds.binding import QUANT_MODEL
 
 log = logging.getLogger(__name__)

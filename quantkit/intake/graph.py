@@ -153,12 +153,13 @@ def ort_pre_process(model: Any, tmp: Path) -> Any:
     """ORT's ``quant_pre_process`` (graph optimizations + ONNX shape inference, symbolic inference skipped),
     quietly; opset imports of domains no node uses are dropped."""
     import onnx
-    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    from ..quantize.adapter import pre_process
 
     src, dst = tmp / "pre_in.onnx", tmp / "pre_out.onnx"
     atomic_write_bytes(src, model.SerializeToString())
     with quiet_onnxruntime():
-        quant_pre_process(str(src), str(dst), skip_symbolic_shape=True)
+        pre_process(src, dst)
     out = onnx.load(str(dst))
     src.unlink()
     dst.unlink()
