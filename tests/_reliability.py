@@ -61,10 +61,12 @@ def make_set(folder: Path, name: str, seeds: list[int], kind: str = "calibration
 PARAMS = """intake:
   input_size: [32, 32]
   note_check: off
-thresholds:
+task:
   adapter: db_text
   options: {thresh: 0.3, box_thresh: 0.5, unclip_ratio: 1.6}
+thresholds:
   operating_point: {mode: keep_fp32, bootstrap_resamples: 20}
+  min_agreement: 0.0
 report:
   examples_per_site: 1
   thumbnail_px: 32
@@ -77,7 +79,8 @@ def mini_pipeline(root: Path) -> dict[str, Path]:
 
     p = {"root": root, "params": root / "params.yaml", "model": root / "tiny.onnx", "intake": root / "work" / "intake",
          "calib_a": root / "sets" / "calib-a", "calib_b": root / "sets" / "calib-b", "ref": root / "sets" / "ref",
-         "site": root / "sets" / "site", "quant": root / "work" / "quant", "thresholds": root / "work" / "thresholds.json",
+         "site": root / "sets" / "site", "quant": root / "work" / "quantize" / "deployed",
+         "thresholds": root / "work" / "thresholds" / "deployed.json",
          "history": root / "history.jsonl", "eval": root / "work" / "eval", "reports": root / "reports"}
     root.mkdir(parents=True, exist_ok=True)
     p["params"].write_text(PARAMS)
@@ -102,8 +105,7 @@ def pipeline_argv(p: dict[str, Path], calib: str) -> list[list[str]]:
          "--history", s(p["history"]), "--out", s(p["thresholds"]), "--json"],
         ["evaluate", s(p["site"]), "--fp32", s(p["intake"]), "--deployed", s(p["quant"]), "--deployed-thresholds", s(p["thresholds"]),
          "--params", s(p["params"]), "--out", s(p["eval"] / "site")],
-        ["report", "--eval", s(p["eval"]), "--deployed", s(p["quant"]), "--deployed-thresholds", s(p["thresholds"]),
-         "--site-sets", s(p["root"] / "sets"), "--params", s(p["params"]), "--out", s(p["reports"])],
+        ["report", "--model", s(p["root"] / "work"), "--site-sets", s(p["root"] / "sets"), "--params", s(p["params"]), "--out", s(p["reports"])],
     ]
 
 

@@ -24,14 +24,14 @@ print("PROBE" + _json.dumps({
     "support": {"target": support.target, "supported": support.supported, "issue_ops": sorted({i.op_type for i in support.issues})},
     "record": {"fingerprint": record.fingerprint, "roles": sorted(set(scales["role"])), "rows": int(len(scales)),
                "per_channel_weights": int(((scales["role"] == "weight") & (scales["channels"] > 1)).sum()),
-               "calibration_set": record.calibration_set["set_id"]},
+               "calibration_set": record.set_id},
     "layers": {"rows": int(len(layers)), "sorted": bool(layers["sqnr_db"].is_monotonic_increasing)},
     "thresholds": {"record_fingerprint": tset.binding.record_fingerprint, "values": tset.values,
                    "fp32_values": tset.fp32_values, "integer": sorted(tset.integer_domain)},
-    "eval": {site: sorted(r.summary["variants"]) for site, r in evals.items()},
-    "drift": {site: {"recalibrate": r.recalibrate, "moved": r.moved, "statistics": len(r.statistics),
+    "eval": {site: sorted(r.summary.variants) for site, r in evals.items()},
+    "drift": {site: {"changed": r.changed, "moved": r.moved, "statistics": len(r.statistics),
                      "clipping": r.clipping is not None} for site, r in drifts.items()},
-    "report": {"decision": report.decision, "verdict": list(report.verdict)},
+    "report": {"decision": model.decision, "verdict": list(model.verdict)},
     "bundle": {"path": str(bundle.path), "record_fingerprint": bundle.record_fingerprint,
                "checks": [[c.kind, c.name, c.status] for c in verification.checks]},
 }))
@@ -93,7 +93,7 @@ def test_walkthrough_notebook_executes(tmp_path, monkeypatch):
     for name in ("shift_report.html", "shift_report.md", "metrics.json"):
         assert (work / "reports" / name).is_file()
     assert probe["report"]["verdict"] and all(line in text for line in probe["report"]["verdict"])
-    assert set(json.loads((work / "reports/metrics.json").read_text())) >= {"cam1-day", "cam1-night"}
+    assert set(json.loads((work / "reports/metrics.json").read_text())["ppocr_det"]) >= {"cam1-day", "cam1-night"}
     # 9) bundle built and verified; the archive, digest and binding checks pass
     assert (work / probe["bundle"]["path"]).is_file() and probe["bundle"]["record_fingerprint"] == rec["fingerprint"]
     checks = {(k, n): s for k, n, s in probe["bundle"]["checks"]}

@@ -113,7 +113,7 @@ def test_second_writer_gets_one_line_naming_the_first(pipe, capsys):
 
 def test_two_quantize_processes_into_one_out(pipe):
     first = start_hooked(_argv(pipe, "quantize", "calib_a"), {"QK_SLEEP_IN_LOCK": "4"})
-    lock = pipe["quant"].with_name(".quant.lock")
+    lock = pipe["quant"].with_name(f".{pipe['quant'].name}.lock")
     deadline = time.monotonic() + 30
     while not (lock.exists() and lock.read_text()) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -129,7 +129,7 @@ def test_two_quantize_processes_into_one_out(pipe):
 def test_sigterm_cleans_up_like_ctrl_c(pipe):
     before = snapshot([pipe["quant"]])
     p = start_hooked(_argv(pipe, "quantize", "calib_a"), {"QK_SLEEP_IN_LOCK": "20"})
-    lock = pipe["quant"].with_name(".quant.lock")
+    lock = pipe["quant"].with_name(f".{pipe['quant'].name}.lock")
     deadline = time.monotonic() + 30
     while not (lock.exists() and lock.read_text()) and time.monotonic() < deadline:
         time.sleep(0.05)
