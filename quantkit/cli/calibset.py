@@ -17,12 +17,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r = sub.add_parser("register", help="hash, decode and measure FOLDER/images/*, write manifest.json + stats.csv")
     r.add_argument("folder", help="set folder holding images/")
     r.add_argument("--name", required=True, help="set name, e.g. cam1-day")
-    r.add_argument("--kind", choices=("calibration", "reference", "site"), default="calibration", help="what the set is for (default calibration)")
-    r.add_argument("--camera", default="unknown", help="camera id (default unknown)")
-    r.add_argument("--lighting", default="unknown", help="lighting condition, e.g. day/night (default unknown)")
-    r.add_argument("--site", default="unknown", help="site / line id (default unknown)")
-    r.add_argument("--on-error", choices=("fail", "skip"), default="fail",
-                   help="unreadable image: fail (default, nothing written) or skip it (logged by name, left out)")
+    defaults = _defaults("register_set")
+    r.add_argument("--kind", choices=("calibration", "reference", "site"), help=f"what the set is for (default {defaults['kind']})")
+    r.add_argument("--camera", help=f"camera id (default {defaults['camera']})")
+    r.add_argument("--lighting", help=f"lighting condition, e.g. day/night (default {defaults['lighting']})")
+    r.add_argument("--site", help=f"site / line id (default {defaults['site']})")
+    r.add_argument("--on-error", choices=("fail", "skip"),
+                   help=f"unreadable image: fail (nothing written) or skip it (logged by name, left out); default {defaults['on_error']}")
     r.add_argument("--json", action="store_true", help="print the result as JSON")
     r.set_defaults(func=_register)
 
@@ -59,9 +60,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--from", dest="sources", action="append", required=True, metavar="SET[:N]",
                    help="source set folder, optionally :N images; repeat for each source")
     c.add_argument("--name", required=True, help="name of the new set, e.g. cam1-day+night")
-    c.add_argument("--kind", choices=("calibration", "reference", "site"), default="calibration", help="what the set is for (default calibration)")
+    c.add_argument("--kind", choices=("calibration", "reference", "site"), help=f"what the set is for (default {_defaults('compose_set')['kind']})")
     c.add_argument("--json", action="store_true", help="print the new set as JSON")
     c.set_defaults(func=_compose)
+
+
+def _defaults(function: str) -> dict[str, Any]:
+    """Keyword defaults of a ``quantkit.calibset`` function: flags leave them to the library (one place)."""
+    import inspect
+
+    from .. import calibset
+
+    return {k: v.default for k, v in inspect.signature(getattr(calibset, function)).parameters.items() if v.default is not inspect.Parameter.empty}
 
 
 def _print_json(obj: Any) -> None:
@@ -71,8 +81,8 @@ def _print_json(obj: Any) -> None:
 def _register(args: argparse.Namespace) -> int:
     from ..calibset import register_set
 
-    res = register_set(args.folder, name=args.name, kind=args.kind, camera=args.camera, lighting=args.lighting,
-                       site=args.site, on_error=args.on_error)
+    given = {k: getattr(args, k) for k in ("kind", "camera", "lighting", "site", "on_error") if getattr(args, k) is not None}
+    res = register_set(args.folder, name=args.name, **given)
     if args.json:
         _print_json(res.to_dict())
     else:
@@ -162,7 +172,7 @@ def _parse_source(spec: str) -> tuple[str, int | None]:
 def _compose(args: argparse.Namespace) -> int:
     from ..calibset import compose_set
 
-    cset = compose_set([_parse_source(s) for s in args.sources], args.dest, name=args.name, kind=args.kind)
+    cset = compose_set([_parse_source(s) for s in args.sources], args.dest, name=args.name, **({"kind": args.kind} if args.kind else {}))
     if args.json:
         _print_json({**cset.to_dict(), "composition": (cset.generator or {}).get("composition")})
         return 0

@@ -18,9 +18,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("quantized", metavar="QUANT_DIR", help="quantize output folder (model_int8.onnx + record.json)")
     p.add_argument("--set", required=True, metavar="DIR", help="calibration/reference/site set folder")
     p.add_argument("--max-images", type=int, default=None, metavar="N", help="use the first N images only")
-    p.add_argument("--max-elements", type=int, default=16384, metavar="K", help="sampled elements per tensor per image (default 16384)")
-    p.add_argument("--quant-level", choices=["disable", "basic", "extended", "all"], default="disable",
-                   help="ORT graph optimization level of the per-tensor run (default disable = QDQ simulation)")
+    p.add_argument("--max-elements", type=int, metavar="K", help="sampled elements per tensor per image (default: compare_layers')")
+    p.add_argument("--quant-level", choices=["disable", "basic", "extended", "all"],
+                   help="ORT graph optimization level of the per-tensor run (default: compare_layers', disable = QDQ simulation)")
     p.add_argument("--runtime", action="append", metavar="NAME", help="runtimes of the per-output comparison (repeatable; default every installed one)")
     p.add_argument("--no-runtimes", action="store_true", help="only the per-tensor table")
     p.add_argument("--levels", action="store_true", help="instead compare the quantized model's outputs with ORT optimizations off vs all")
@@ -52,8 +52,8 @@ def run(args: argparse.Namespace) -> int:
     if args.levels:
         df = compare_outputs(qpath, reader.iter_batches(), total=n)
     else:
-        df = compare_layers(model_path, qpath, record, reader.iter_batches(), max_elements=args.max_elements, total=n,
-                            quant_level=args.quant_level)
+        given = {k: getattr(args, k) for k in ("max_elements", "quant_level") if getattr(args, k) is not None}
+        df = compare_layers(model_path, qpath, record, reader.iter_batches(), total=n, **given)
     rc = None
     if not args.levels and not args.no_runtimes:
         name = note.preprocessing.input_name

@@ -25,7 +25,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("model", help="path to an .onnx file")
     p.add_argument("--target", required=True, help="cpu | openvino | <Name>ExecutionProvider | tensorrt | npu-generic | PROFILE.json")
-    p.add_argument("--level", choices=["disable", "basic", "extended", "all"], default="all",
+    p.add_argument("--level", choices=["disable", "basic", "extended", "all"],
                    help="ONNX Runtime graph optimization level the model is deployed with (default all, ORT's default)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=run)
@@ -34,7 +34,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..intake.support import check_support
 
-    r = check_support(args.model, args.target, level=args.level)
+    r = check_support(args.model, args.target, **({"level": args.level} if args.level else {}))
     if args.json:
         print(json.dumps(r.to_dict(), indent=2, sort_keys=True))
     else:
