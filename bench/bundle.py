@@ -1,9 +1,8 @@
 """Benchmark ``quantkit bundle`` + ``quantkit verify`` on the embedded PP-OCRv4 detector; prints JSON.
 
-By default builds stand-in inputs (intake at --size, ORT static QDQ quantization on seeded random data,
-a threshold set, a golden set of --golden synthetic images) with tests/test_bundle_fixtures.py; with
---pipeline it bundles the real DVC outputs (work/quantize/deployed, work/thresholds/deployed.json,
-work/intake, site_sets/cam1-day) instead.
+By default builds its inputs with quantkit itself at --size (demo sets rendered from params.yaml's demo section:
+8 calibration and --golden reference images; intake, MinMax quantization, bind); with --pipeline it bundles the
+main job's outputs (work/ppocr_det/{quantize/deployed,thresholds/deployed.json,intake}, reference_sets/cam1-day).
 
     python bench/bundle.py --size 640 --golden 4
 """
@@ -20,6 +19,30 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def prepare(t: Path, size: int, golden: int) -> tuple[Path, Path, Path, Path]:
+    """Demo model and sets at ``size`` -> intake -> quantize -> bind, with the library's own functions."""
+    from quantkit.config import config_from_params
+    from quantkit.demo import copy_model
+    from quantkit.demo.synth import load_demo_config, make_set
+    from quantkit.intake import IntakeConfig, intake
+    from quantkit.quantize import StaticQuantConfig, quantize
+    from quantkit.tasks import TaskConfig
+    from quantkit.thresholds import ThresholdsConfig, bind
+
+    params = ROOT / "params.yaml"
+    demo = load_demo_config(params).replace(input_size=[size, size])
+    for name, n, out in (("calib-cam1-day", 8, t / "calib"), ("ref-cam1-day", golden, t / "ref")):
+        make_set(demo.replace(sets={**demo.sets, name: demo.sets[name].replace(count=n)}), name, out=out)
+    cfg = config_from_params(IntakeConfig, params, "intake", model="ppocr_det")
+    cfg = cfg.replace(input_size=[size, size], preprocessing=cfg.preprocessing.replace(input_size=[size, size]))
+    task = config_from_params(TaskConfig, params, "task", model="ppocr_det").make()
+    intake(copy_model(t / "model.onnx").out, cfg, t / "intake", task=task)
+    quantize(t / "intake", config_from_params(StaticQuantConfig, params, "quantize"), out=t / "quantize", calibration_set=t / "calib")
+    bind(t / "quantize", t / "intake", t / "ref", task, config_from_params(ThresholdsConfig, params, "thresholds").replace(min_agreement=0.0),
+         t / "deployed.json")
+    return t / "quantize", t / "deployed.json", t / "intake", t / "ref"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", type=int, default=640)
@@ -34,20 +57,10 @@ def main() -> None:
         t = Path(tmp)
         t0 = time.perf_counter()
         if args.pipeline:
-            q, ts, intake, golden = ROOT / "work/quantize/deployed", ROOT / "work/thresholds/deployed.json", ROOT / "work/intake", ROOT / "site_sets/cam1-day"
+            w = ROOT / "work" / "ppocr_det"
+            q, ts, intake, golden = w / "quantize/deployed", w / "thresholds/deployed.json", w / "intake", ROOT / "reference_sets/cam1-day"
         else:
-            sys.path.insert(0, str(ROOT / "tests"))
-            from test_bundle_fixtures import (
-                make_golden_set,
-                make_ppocr_intake,
-                make_quantized,
-                make_thresholds,
-            )
-
-            intake = make_ppocr_intake(t / "intake", size=args.size)
-            q = make_quantized(intake, t / "quantize", seed=1)
-            ts = make_thresholds(q, t / "deployed.json")
-            golden = make_golden_set(t / "site", n=args.golden)
+            q, ts, intake, golden = prepare(t, args.size, args.golden)
         prep = time.perf_counter() - t0
         cfg = BundleConfig(golden_count=args.golden, activation_max_elements=args.activation_max_elements)
         t0 = time.perf_counter()

@@ -9,27 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
 
 SIZE = 32
 
-
-def tiny_map_model(size: int = SIZE, *, names: bool = True, opset: int = 13) -> onnx.ModelProto:
-    """x [1,3,S,S] -> Conv 3x3 -> Relu -> Conv 1x1 -> Sigmoid -> y [1,1,S,S] (a stand-in text-map head)."""
-    rng = np.random.default_rng(0)
-    w1 = numpy_helper.from_array((rng.standard_normal((4, 3, 3, 3)) * 0.5).astype(np.float32), "w1")
-    b1 = numpy_helper.from_array(rng.standard_normal(4).astype(np.float32) * 0.1, "b1")
-    w2 = numpy_helper.from_array((rng.standard_normal((1, 4, 1, 1)) * 0.5).astype(np.float32), "w2")
-    n = (lambda s: s) if names else (lambda s: "")
-    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name=n("conv1"), pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c1"], ["r1"], name=n("relu1")),
-             helper.make_node("Conv", ["r1", "w2"], ["c2"], name=n("conv2")),
-             helper.make_node("Sigmoid", ["c2"], ["y"], name=n("sigmoid"))]
-    g = helper.make_graph(nodes, "tiny_map", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1, "H", "W"])], [w1, b1, w2])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="quantkit-tests")
-    m.ir_version = 8
-    return m
+from models import tiny_map_model  # noqa: E402,F401 - re-exported for the reliability tests
 
 
 def write_images(folder: Path, seeds: list[int], size: int = SIZE) -> dict[str, list]:

@@ -17,7 +17,8 @@ def main() -> None:
 
     from quantkit.artifacts import CalibrationRecord
     from quantkit.quantize import DynamicQuantConfig, StaticQuantConfig, quantize, replay
-    from test_quantize_fixtures import make_set, make_tiny_intake, output_feeds_activation_model, write_model_intake
+    from models import output_feeds_activation_model
+    from test_quantize_fixtures import make_set, make_tiny_intake, write_model_intake
 
     logging.disable(logging.WARNING)
     done = []

@@ -9,36 +9,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from models import concat_head_model
 
 from quantkit.cli.main import main
 
 SIZE = 16
-
-
-def concat_detector() -> onnx.ModelProto:
-    """``x [1,3,16,16]`` -> 1x1 Conv to 6 channels -> rows ``[1, 256, 6]``: sigmoid x 470 boxes, sigmoid scores, concatenated."""
-    rng = np.random.default_rng(0)
-    w = (rng.normal(0, 1.5, (6, 3, 1, 1))).astype(np.float32)
-    b = np.array([0, 0, -1, -1, 0.5, 0.5], np.float32)
-    nodes = [
-        helper.make_node("Conv", ["x", "w", "b"], ["f"]),
-        helper.make_node("Reshape", ["f", "shape"], ["f2"]),
-        helper.make_node("Transpose", ["f2"], ["rows"], perm=[0, 2, 1]),
-        helper.make_node("Split", ["rows", "split"], ["box_raw", "score_raw"], axis=2),
-        helper.make_node("Sigmoid", ["box_raw"], ["box_s"]),
-        helper.make_node("Mul", ["box_s", "px"], ["boxes"]),
-        helper.make_node("Sigmoid", ["score_raw"], ["scores"]),
-        helper.make_node("Concat", ["boxes", "scores"], ["dets"], axis=2),
-    ]
-    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b"), numpy_helper.from_array(np.array([1, 6, SIZE * SIZE], np.int64), "shape"),
-             numpy_helper.from_array(np.array([4, 2], np.int64), "split"), numpy_helper.from_array(np.array(470.0, np.float32), "px")]
-    g = helper.make_graph(nodes, "concat_det", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, SIZE, SIZE])],
-                          [helper.make_tensor_value_info("dets", TensorProto.FLOAT, [1, SIZE * SIZE, 6])], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    m.ir_version = 8
-    onnx.checker.check_model(m)
-    return m
 
 
 def _set(root: Path, name: str, seed: int, n: int = 6) -> Path:
@@ -62,7 +37,7 @@ intake:
   preprocessing: {{input_name: x, color_order: RGB, layout: NCHW, scale: 0.00392156862745098, mean: [0, 0, 0], std: [1, 1, 1], resize_policy: stretch}}
 task:
   adapter: box_detector
-  options: {{layout: rows, objectness: true, score_thresh: 0.25, iou_thresh: 0.45}}
+  options: {{layout: rows, objectness: false, score_thresh: 0.25, iou_thresh: 0.45}}
 quantize: {{method: minmax, format: qdq, per_channel: false, activation_type: uint8, weight_type: int8}}
 thresholds: {{operating_point: {{bootstrap_resamples: 50}}, min_agreement: 0.5}}
 """
@@ -71,7 +46,7 @@ thresholds: {{operating_point: {{bootstrap_resamples: 50}}, min_agreement: 0.5}}
 @pytest.fixture(scope="module")
 def work(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("collapse")
-    onnx.save(concat_detector(), root / "det.onnx")
+    onnx.save(concat_head_model(SIZE), root / "det.onnx")  # [1, 256, 5]: 4 box coordinates in pixels + 1 score, one output
     (root / "params.yaml").write_text(PARAMS)
     for name, seed in (("calib", 1), ("ref", 2), ("site", 3)):
         _set(root, name, seed)

@@ -280,7 +280,8 @@ def test_variable_shaped_tensors_equal_ort_on_all_values(tmp_path, cfg):
     formulas) given every value the tensor held, bit for bit (percentile: within its stated tolerance)."""
     import onnxruntime as ort
     from onnxruntime.quantization.calibrate import HistogramCollector
-    from test_quantize_fixtures import variable_shape_model, write_model_intake
+    from models import variable_shape_model
+    from test_quantize_fixtures import write_model_intake
 
     intake = write_model_intake(variable_shape_model(16), tmp_path / "intake", 16)
     cset = CalibrationSet.load(make_set(tmp_path / "set", 5, size=32))

@@ -11,14 +11,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from test_quantize_fixtures import (
-    concat_head_model,
-    conv_relu_conv_model,
-    make_set,
-    output_feeds_activation_model,
-    variable_shape_model,
-    write_model_intake,
-)
+from models import concat_head_model, conv_relu_conv_model, output_feeds_activation_model, variable_shape_model
+from test_quantize_fixtures import make_set, write_model_intake
 
 from quantkit.artifacts import CalibrationRecord
 from quantkit.cli.main import main

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from task_models import const_model, run, shapes, yolov5_head, yolox_head
+from models import const_model, run, shapes, yolov5_head, yolox_head
 
 from quantkit.errors import ConfigError, ModelError
 from quantkit.note import Transform

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from task_models import const_model, run, shapes
+from models import const_model, run, shapes
 
 from quantkit.errors import ConfigError, InputFileError, ModelError
 from quantkit.tasks import Decision, make_adapter

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from task_models import const_model, run, shapes
+from models import const_model, run, shapes
 
 from quantkit.errors import ConfigError, ModelError
 from quantkit.note import Transform
