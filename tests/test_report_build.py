@@ -262,3 +262,21 @@ def test_params_errors_name_the_file_and_out_must_be_a_folder(paths, tmp_path, c
     assert main(_args(paths, afile)) == 2
     err = capsys.readouterr().err
     assert "is a file" in err and len(err.strip().splitlines()) == 1 and afile.read_text() == "x"
+
+
+def test_thumbnails_come_from_the_folder_evaluate_recorded(tmp_path, monkeypatch, caplog):
+    from types import SimpleNamespace
+
+    from quantkit.artifacts.record import SetRef
+    from quantkit.report.aggregate import _images_dir
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sets" / "site-day" / "images").mkdir(parents=True)
+    summary = SimpleNamespace(site_set=SetRef(path="sets/site-day", name="site-day"))
+    assert _images_dir(summary, None) == Path("sets/site-day")
+    (tmp_path / "other" / "site-day" / "images").mkdir(parents=True)
+    assert _images_dir(summary, Path("other")) == Path("other/site-day")
+    gone = SimpleNamespace(site_set=SetRef(path="moved/site-night", name="site-night"))
+    with caplog.at_level("WARNING"):
+        assert _images_dir(gone, None) is None
+    assert "site-night" in caplog.text and "--site-sets" in caplog.text
