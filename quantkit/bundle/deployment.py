@@ -21,7 +21,7 @@ import logging
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from .._io import sha256_file
 from ..config import Config
@@ -43,6 +43,8 @@ class DeploymentVerifyConfig(Config):
     """``params.yaml: verify``. runtimes: the target runtimes (registry names); a runtime that is not installed is
     recorded as such. max_images: site images per set (0 = all). threads: intra-op threads of every runtime (0 = the
     runtime's default), so latencies compare. fail: exit non-zero when a check fails (false: the report shows it)."""
+
+    PARAMS_OPTIONAL: ClassVar[bool] = True
 
     runtimes: tuple[str, ...] = ("onnxruntime", "openvino")
     max_images: int = 16

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import ClassVar, Literal
 
 from ..calibset.stats import STAT_COLUMNS
 from ..config import Config
@@ -37,6 +37,8 @@ class DriftConfig(Config):
         clip_images: images sampled (evenly) from each set for clipping, 0 = all.
         clip_ratio, clip_floor: clipping moved when ``rate > max(baseline*ratio, baseline+floor)``.
     """
+
+    PARAMS_OPTIONAL: ClassVar[bool] = True
 
     statistics: tuple[str, ...] = ()
     metrics: tuple[Metric, ...] = ("wasserstein", "psi", "js")

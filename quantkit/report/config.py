@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 from ..config import Config
 from ..errors import ConfigError
@@ -27,6 +28,8 @@ class ReportConfig(Config):
         top_tensors: tensors listed in "scales that moved most".
         title: report title.
     """
+
+    PARAMS_OPTIONAL: ClassVar[bool] = True
 
     min_agreement: float = 0.9
     amber_band: float = 0.1
