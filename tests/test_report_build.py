@@ -3,6 +3,8 @@ must belong together, atomic output, CLI errors."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import re
 import shutil
@@ -235,6 +237,21 @@ def test_verdict_says_what_to_do_first():
     assert d == "keep deployed" and lines[0].startswith("Keep deployed: the deployed model agrees with FP32 on every site set; recalibrating on night would break day")
     d, lines = v([_site("day", (0.95, "green"))], None)
     assert d == "keep deployed" and lines[0] == "Keep deployed: the deployed model agrees with FP32 on every site set (day pixel IoU 0.95)."
+
+
+def test_verdict_says_when_fp32_itself_fails_on_a_labelled_site():
+    def labelled(name, dep, cand, fp32_acc):
+        s = _site(name, dep, cand)
+        fp32 = dataclasses.replace(s.variant("fp32"), accuracy={"exact_accuracy": fp32_acc, "cer_gt": 0.9})
+        return dataclasses.replace(s, metrics=(fp32, *s.metrics[1:]))
+
+    sites = [labelled("day", (0.7, "red"), (1.0, "green"), 0.9), labelled("flip", (0.25, "red"), (0.3, "red"), 0.0)]
+    d, lines = verdict(sites, PIXEL, "line", "day", "dark", ReportConfig())
+    assert d == "needs review" and "still disagrees on flip; FP32 itself fails on flip (below)" in lines[0]
+    assert any(line.startswith("On flip FP32 itself gets exact accuracy 0.00 against the labels") for line in lines)
+    assert not any(line.startswith("On day FP32 itself") for line in lines)
+    sites[1] = labelled("flip", (0.25, "red"), (0.3, "red"), 0.8)  # FP32 reads flip: the advice is recalibration
+    assert "add images of those conditions" in verdict(sites, PIXEL, "line", "day", "dark", ReportConfig())[1][0]
 
 
 def test_image_changes_use_the_drift_words_and_follow_the_model():

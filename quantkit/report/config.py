@@ -26,6 +26,8 @@ class ReportConfig(Config):
         examples_per_site: thumbnails per site set (images where INT8 and FP32 disagree most).
         thumbnail_px: longest thumbnail side in pixels.
         top_tensors: tensors listed in "scales that moved most".
+        fp32_min_accuracy: on a labelled site set, FP32's accuracy against the labels (the task's first accuracy
+            metric) below this says the model itself fails there: recalibration cannot fix it, and the verdict says so.
         title: report title.
     """
 
@@ -40,6 +42,7 @@ class ReportConfig(Config):
     examples_per_site: int = 3
     thumbnail_px: int = 240
     top_tensors: int = 10
+    fp32_min_accuracy: float = 0.5
     title: str = "Quantization shift report"
 
     def validate(self) -> None:
@@ -55,6 +58,8 @@ class ReportConfig(Config):
             raise ConfigError(f"report.examples_per_site: {self.examples_per_site} must be 0..20 (keeps the HTML small)")
         if not 32 <= self.thumbnail_px <= 640:
             raise ConfigError(f"report.thumbnail_px: {self.thumbnail_px} must be 32..640")
+        if not 0.0 <= self.fp32_min_accuracy <= 1.0:
+            raise ConfigError(f"report.fp32_min_accuracy: {self.fp32_min_accuracy} must be in [0, 1]")
         if self.top_tensors < 1:
             raise ConfigError(f"report.top_tensors: {self.top_tensors} must be >= 1")
 
