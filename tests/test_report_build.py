@@ -297,3 +297,20 @@ def test_thumbnails_come_from_the_folder_evaluate_recorded(tmp_path, monkeypatch
     with caplog.at_level("WARNING"):
         assert _images_dir(gone, None) is None
     assert "site-night" in caplog.text and "--site-sets" in caplog.text
+
+
+def test_score_distance_alerts_need_the_scores_to_move_in_score_units(paths):
+    from quantkit.report.render import render_html
+
+    report = build_report(_inputs(paths), ReportConfig())
+    model = report.models[0]
+    site = model.sites[0]
+
+    def with_scores(w1: float) -> str:
+        dep = dataclasses.replace(site.variant("deployed"), score_psi=17.8, score_ks=1.0, score_wasserstein=w1)
+        metrics = tuple(dep if m.variant == "deployed" else m for m in site.metrics)
+        sites = (dataclasses.replace(site, metrics=metrics), *model.sites[1:])
+        return render_html(dataclasses.replace(report, models=(dataclasses.replace(model, sites=sites),)))
+
+    assert '<td class="alert">17.8000</td>' not in with_scores(0.0032)  # scores packed near 1: PSI alone is noise
+    assert '<td class="alert">17.8000</td>' in with_scores(0.05)

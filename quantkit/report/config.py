@@ -20,9 +20,10 @@ class ReportConfig(Config):
         amber_band: below ``min_agreement - amber_band`` is red.
         max_detection_change: largest acceptable relative change of detections per image vs FP32 (green).
         score_psi_alert: PSI of the score histogram vs FP32 that raises an alert (0.25 = "significant" in
-            Siddiqi 2006's rule of thumb).
-        score_ks_alert: KS statistic of the score CDF vs FP32 that raises an alert.
-        score_wasserstein_alert: W1 between score distributions (score units, 0..1) that raises an alert.
+            Siddiqi 2006's rule of thumb), when the scores also moved by more than ``score_wasserstein_alert``.
+        score_ks_alert: KS statistic of the score CDF vs FP32 that raises an alert (same condition).
+        score_wasserstein_alert: W1 between score distributions (score units, 0..1) that raises an alert; PSI and
+            KS are marked only above it, since both fire on tiny moves of scores packed near 0 or 1.
         examples_per_site: thumbnails per site set (images where INT8 and FP32 disagree most).
         thumbnail_px: longest thumbnail side in pixels.
         top_tensors: tensors listed in "scales that moved most".
