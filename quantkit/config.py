@@ -271,8 +271,9 @@ def load_params(path: str | Path, section: str) -> dict[str, Any]:
 
 def _check_keys(path: Path, data: Any) -> None:
     """Refuse a misspelt section: a top-level key (or a key of ``models.<name>``) that is not a known section but
-    reads like one (difflib ratio >= 0.75, e.g. ``reprot``, ``quantise``). Other unknown top-level keys may belong
-    to the user's own DVC stages: they are logged, not refused. Under ``models.<name>`` every key must be ``file``
+    reads like one (difflib ratio >= 0.75, e.g. ``reprot``, ``quantise``). A known name plus ``_suffix``
+    (``quantize_night``, ``export_kw``) is a named variant a command reads with ``--section``; other unknown
+    top-level keys may belong to the user's own DVC stages: both are logged at debug level, not refused. Under ``models.<name>`` every key must be ``file``
     or a section name.
 
     Raises:
@@ -286,7 +287,7 @@ def _check_keys(path: Path, data: Any) -> None:
         return
     known = known_top_level()
     for key in data:
-        if key in known:
+        if key in known or any(str(key).startswith(k + "_") for k in known):  # a named variant read with --section
             continue
         near = difflib.get_close_matches(str(key), sorted(known), n=1, cutoff=0.75)
         if near:
