@@ -58,5 +58,6 @@ def run(args: argparse.Namespace) -> int:
         out.append(f"  clipping: {100 * k.rate:.3f}% vs baseline {100 * k.baseline:.3f}% (threshold {100 * k.threshold:.3f}%)"
                    f"{' MOVED' if k.moved else ''}")
     out.extend(f"  - {r}" for r in result.reasons)
+    out.extend(f"  warning: {w}" for w in result.warnings)
     sys.stdout.write("\n".join(out) + "\n")
     return 0
