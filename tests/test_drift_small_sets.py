@@ -127,3 +127,19 @@ def test_cli_prints_the_small_set_warning(dark, tmp_path, capsys):
     assert main(["drift", str(site), "--calibration-set", str(calib), "--no-clipping", "--out", str(tmp_path / "d.json")]) == 0
     out = capsys.readouterr().out
     assert "CHANGED" in out and "warning: the calibration set (calib-day) has only 16 images" in out
+
+
+def test_the_report_repeats_the_small_set_warning(tmp_path):
+    from quantkit.report import ModelInputs, ReportConfig, make_report
+    from quantkit.report.synthetic import write_inputs
+
+    p = write_inputs(tmp_path / "inputs", images_per_site=5)
+    path = p["work"] / "drift" / "cam1-night.json"
+    d = DriftResult.load(path)
+    d.replace(small_calibration=True, warnings=("the calibration set (cam1-day) has only 16 images",)).save(path)
+    make_report([ModelInputs.from_work_dir(p["work"], site_sets=p["site_sets"])], ReportConfig(), tmp_path / "out")
+    html = (tmp_path / "out" / "shift_report.html").read_text()
+    assert "Caution: the calibration set (cam1-day) has only 16 images." in html
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert metrics["ppocr_det"]["cam1-night"]["drift"]["small_calibration"] is True
+    assert metrics["ppocr_det"]["cam1-day"]["drift"]["small_calibration"] is False
