@@ -84,6 +84,16 @@ def test_constant_statistic_with_a_real_change_is_flagged_with_finite_numbers():
     assert w.effect == pytest.approx(0.2 / 0.01) and w.threshold == pytest.approx(MIN_EFFECT["wasserstein"])  # W1 / 1% resolution
 
 
+def test_small_set_rule():
+    from quantkit.drift.statistics import small_calibration
+
+    assert small_calibration(64, 32, NOCLIP) == ""  # the demo: 2 chunks of 32
+    assert "only 31 images" in small_calibration(31, 31, NOCLIP)
+    few = small_calibration(64, 4, NOCLIP, "cam1-day")  # auto chunks: 10 chunks of 6 to match a 4-image site set
+    assert "split into 10 chunks of only ~6 images" in few and "set drift.chunks" in few
+    assert small_calibration(64, 4, NOCLIP.replace(chunks=2)) == ""
+
+
 def test_bounded_thresholds_are_capped_below_the_largest_effect():
     ref = np.linspace(0, 1, 16)
     for metric in ("js", "psi"):

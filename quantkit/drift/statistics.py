@@ -69,10 +69,15 @@ def small_calibration(n: int, n_site: int, cfg: DriftConfig, name: str = "") -> 
     if n >= cfg.min_calibration_images and size >= cfg.min_chunk_images:
         return ""
     which = f" ({name})" if name else ""
-    return (f"the calibration set{which} has only {n} images (split into {k} chunks of ~{size}): too few for thresholds from its "
-            f"own variability (need >= {cfg.min_calibration_images} images and chunks of >= {cfg.min_chunk_images}); small changes "
-            "can be missed, only large ones (site median outside the calibration range, effects near their maximum) are caught "
-            "reliably; add calibration images")
+    if n >= cfg.min_calibration_images:
+        what = f"the calibration set{which} is split into {k} chunks of only ~{size} images (to match the {n_site}-image site set)"
+        fix = "use a larger site set or set drift.chunks"
+    else:
+        what = f"the calibration set{which} has only {n} images (split into {k} chunks of ~{size})"
+        fix = "add calibration images"
+    return (f"{what}: too few for thresholds from its own variability (need >= {cfg.min_calibration_images} images and chunks of "
+            f">= {cfg.min_chunk_images}); small changes can be missed, only large ones (site median outside the calibration range, "
+            f"effects near their maximum) are caught reliably; {fix}")
 
 
 def null_effects(values: np.ndarray, n_site: int, cfg: DriftConfig, metric: str, resolution: float = 0.0) -> np.ndarray:
