@@ -17,6 +17,7 @@ saying it was read as a boolean and why; a ``str`` field given a number says to 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 import types
 import typing
@@ -27,6 +28,7 @@ from ._io import fingerprint
 from .errors import ConfigError, InputFileError
 
 C = TypeVar("C", bound="Config")
+log = logging.getLogger(__name__)
 
 
 _YAML_BOOLS = {"true": True, "yes": True, "on": True, "y": True, "false": False, "no": False, "off": False, "n": False}
@@ -152,6 +154,10 @@ class Config:
     SCHEMA_VERSION: ClassVar[int] = 1
     VERSIONED: ClassVar[bool] = True
     """False for value types nested inside a versioned artifact (e.g. one row of a table): no ``schema_version`` key."""
+    PARAMS_OPTIONAL: ClassVar[bool] = False
+    """True for tuning sections whose defaults are a sound choice (drift, report, bundle, verify): a params file
+    without the section reads as the defaults (logged). False where a default would be a silent assumption about
+    the user's model (intake, task): the section must be written."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -221,6 +227,9 @@ def config_from_params(cls: type[C], path: str | Path | None, section: str, *, m
             raise ConfigError(f"{path}: model {model!r} is not under 'models' (it has {', '.join(sorted(models)) or 'none'}); fix --model")
         if isinstance(models[model], dict) and section in models[model]:
             section = f"models.{model}.{section}"
+    if cls.PARAMS_OPTIONAL and not has_section(path, section):
+        log.info("%s: no %r section; using its defaults ('quantkit params %s' lists them)", path, section, section)
+        return cls()
     data = load_params(path, section)
     try:
         return cls.from_dict(data, where=f"{path}:{section}")
@@ -249,6 +258,7 @@ def load_params(path: str | Path, section: str) -> dict[str, Any]:
         raise InputFileError(f"{p}: params file not found; pass --params PATH") from None
     except yaml.YAMLError as e:
         raise InputFileError(f"{p}: not valid YAML ({str(e).splitlines()[0]}); fix the syntax") from None
+    _check_keys(p, data)
     node: Any = data
     for part in section.split("."):
         if not isinstance(node, dict) or part not in node:
@@ -257,6 +267,40 @@ def load_params(path: str | Path, section: str) -> dict[str, Any]:
     if not isinstance(node, dict):
         raise ConfigError(f"{p}: section {section!r} must be a mapping")
     return node
+
+
+def _check_keys(path: Path, data: Any) -> None:
+    """Refuse a misspelt section: a top-level key (or a key of ``models.<name>``) that is not a known section but
+    reads like one (difflib ratio >= 0.75, e.g. ``reprot``, ``quantise``). Other unknown top-level keys may belong
+    to the user's own DVC stages: they are logged, not refused. Under ``models.<name>`` every key must be ``file``
+    or a section name.
+
+    Raises:
+        ConfigError: naming the key and the section it resembles.
+    """
+    import difflib
+
+    from .params import known_top_level
+
+    if not isinstance(data, dict):
+        return
+    known = known_top_level()
+    for key in data:
+        if key in known:
+            continue
+        near = difflib.get_close_matches(str(key), sorted(known), n=1, cutoff=0.75)
+        if near:
+            raise ConfigError(f"{path}: unknown section {key!r}; did you mean {near[0]!r}? ('quantkit params' lists every section)")
+        log.debug("%s: top-level key %r is not a quantkit section (left to other DVC stages)", path, key)
+    models = data.get("models")
+    if isinstance(models, dict):
+        allowed = known | {"file"}
+        for name, entry in models.items():
+            for key in entry if isinstance(entry, dict) else ():
+                if key not in allowed:
+                    near = difflib.get_close_matches(str(key), sorted(allowed), n=1, cutoff=0.6)
+                    hint = f"did you mean {near[0]!r}?" if near else "a model takes 'file' and per-model sections (intake, task, ...)"
+                    raise ConfigError(f"{path}: models.{name}: unknown key {key!r}; {hint}")
 
 
 def has_section(path: str | Path | None, section: str, *, model: str | None = None) -> bool:
@@ -277,7 +321,16 @@ def has_section(path: str | Path | None, section: str, *, model: str | None = No
     except yaml.YAMLError as e:
         raise InputFileError(f"{p}: not valid YAML ({str(e).splitlines()[0]}); fix the syntax") from None
     models = data.get("models") if isinstance(data, dict) else None
-    if model is not None and isinstance(models, dict) and isinstance(models.get(model), dict) and section in models[model]:
+    if model is not None and isinstance(models, dict) and _walk(models.get(model), section) is not None:
         return True
-    return isinstance(data, dict) and section in data
+    return _walk(data, section) is not None
+
+
+def _walk(node: Any, section: str) -> Any:
+    """The value at dotted ``section`` of a parsed YAML mapping, or None."""
+    for part in section.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
 

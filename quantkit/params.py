@@ -61,6 +61,12 @@ NOT_CONFIG = {
 """Top-level ``params.yaml`` keys that are not a config section (listed in the reference as they are)."""
 
 
+def known_top_level() -> set[str]:
+    """Every top-level ``params.yaml`` key quantkit reads: the first part of each :data:`SECTIONS` name and
+    :data:`NOT_CONFIG`'s keys."""
+    return {name.split(" ")[0].split(".")[0] for name in SECTIONS} | set(NOT_CONFIG)
+
+
 def register_section(name: str, target: str | type[Config]) -> None:
     """Register ``name`` (a ``params.yaml`` section) as read into ``target`` (a class or ``"module:Class"``)."""
     SECTIONS[name] = target if isinstance(target, str) else f"{target.__module__}:{target.__qualname__}"

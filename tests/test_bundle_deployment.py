@@ -52,3 +52,24 @@ def test_verify_stage_cli_writes_the_artifact(deployed, tmp_path, capsys):
     assert data["runtimes"][0]["options"]["intra_op_num_threads"] == "1" and data["runtimes"][0]["sites"][0]["images"] == 2
     assert main(["verify", str(bundle), "--out", str(out)]) == 2
     assert "--fp32" in capsys.readouterr().err
+
+
+def test_all_runtimes_expand_and_unknown_names_are_refused(deployed, tmp_path):
+    bundle, intake, sites = deployed
+    result = verify_deployment(bundle, intake, sites[:1], DeploymentVerifyConfig(runtimes=("all",), max_images=1))
+    assert [r.runtime for r in result.runtimes] == list(available_runtimes())
+    assert all(r.installed and r.sites for r in result.runtimes)
+    typo = verify_deployment(bundle, intake, sites[:1], DeploymentVerifyConfig(runtimes=("openvno",), max_images=1))
+    assert [(r.runtime, r.installed) for r in typo.runtimes] == [("openvno", False)]
+
+
+def test_an_fp32_model_other_than_the_bundles_is_one_line_exit_2(deployed, tmp_path, capsys):
+    bundle, intake, sites = deployed
+    from test_quantize_fixtures import make_intake
+
+    other = make_intake(tmp_path / "other", size=24)
+    out = tmp_path / "v.json"
+    args = ["verify", str(bundle), "--fp32", str(other), "--site-set", str(sites[0]), "--out", str(out)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "not the FP32 model this bundle was quantized from" in err and "Traceback" not in err and not out.exists()

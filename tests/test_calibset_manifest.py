@@ -215,3 +215,21 @@ def test_cli_bad_input_one_line_error_nonzero_exit_no_output(tmp_path: Path, cap
     assert main(["calibset", "register", str(folder), "--name", "bad", "--on-error", "skip"]) == 0
     assert main(["calibset", "show", str(tmp_path / "nope")]) == 2
     assert "no manifest.json" in capsys.readouterr().err
+
+
+def test_cli_register_with_labels_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = make_folder(tmp_path / "s")
+    files = sorted(p.relative_to(folder).as_posix() for p in (folder / "images").iterdir())
+    labels = tmp_path / "labels.json"
+    labels.write_text(json.dumps({files[0]: {"class": 3}, files[1]: {"text": "LOT 42"}}))
+    assert main(["calibset", "register", str(folder), "--name", "s", "--labels", str(labels)]) == 0
+    entries = {e.file: e.labels for e in CalibrationSet.load(folder).entries}
+    assert entries[files[0]] == {"class": 3} and entries[files[1]] == {"text": "LOT 42"} and entries[files[2]] is None
+    other = make_folder(tmp_path / "o")
+    labels.write_text(json.dumps({"images/nope.jpg": {"class": 1}}))
+    assert main(["calibset", "register", str(other), "--name", "o", "--labels", str(labels)]) == 2
+    err = capsys.readouterr().err
+    assert "images/nope.jpg" in err and "not images of the set" in err and not (other / "manifest.json").exists()
+    labels.write_text("[1, 2]")
+    assert main(["calibset", "register", str(other), "--name", "o", "--labels", str(labels)]) == 2
+    assert "labels must be a JSON object" in capsys.readouterr().err

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import json
 import re
 from pathlib import Path
@@ -16,6 +18,7 @@ from PIL import Image
 from quantkit.calibset.stats import STAT_COLUMNS
 from quantkit.cli.main import main
 from quantkit.drift import DriftConfig, DriftResult, check_drift, null_effects
+from quantkit._io import sha256_file
 from quantkit.drift.clipping import clipping_rates
 from quantkit.errors import CalibrationSetError, ConfigError, InputFileError
 from quantkit.note import ExportNote, Preprocessing
@@ -140,8 +143,9 @@ def _tiny_model(root: Path) -> tuple[Path, Path]:
     q = root / "deployed"
     q.mkdir()
     tensors = (TensorScale("y", "activation", "uint8", None, (0.5 / 255,), (0,), 0.0, 0.5, "minmax"),)
-    fp = CalibrationRecord.compute_fingerprint(tensors, "m" * 64, "set", "c" * 64)
-    CalibrationRecord(fingerprint=fp, model_digest="m" * 64, quantized_model_digest="q" * 64, calibration_set=SetRef(set_id="set"),
+    digest = sha256_file(fp32 / "model.onnx")
+    fp = CalibrationRecord.compute_fingerprint(tensors, digest, "set", "c" * 64)
+    CalibrationRecord(fingerprint=fp, model_digest=digest, quantized_model_digest="q" * 64, calibration_set=SetRef(set_id="set"),
                       config={}, config_hash="c" * 64, opset_before=13, opset_after=13, versions={}, tensors=tensors).save(q / "record.json")
     return fp32, q
 
@@ -157,6 +161,14 @@ def test_clipping_rate_counts_values_outside_int8_range(tmp_path):
     assert r.clipping is not None and r.clipping.moved and r.clipping.baseline < 0.01
     assert r.clipping.images == 4 and r.clipping.worst[0].tensor == "y" and r.record_fingerprint
     assert any("INT8 activations clip" in s for s in r.reasons)
+    other = tmp_path / "other-intake"
+    shutil.copytree(fp32, other)
+    onnx.save(onnx.load(fp32 / "model.onnx"), other / "model.onnx", save_as_external_data=False)
+    model = onnx.load(other / "model.onnx")
+    model.doc_string = "another model"
+    onnx.save(model, other / "model.onnx")
+    with pytest.raises(InputFileError, match="not the FP32 model .* was quantized from"):  # a mismatched pair
+        clipping_rates(other, q, sorted((bright / "images").glob("*.png")))
     (q / "record.json").write_text((q / "record.json").read_text().replace("0.5", "0.6"))  # tampered record
     with pytest.raises(InputFileError, match="fingerprint does not match"):
         clipping_rates(fp32, q, sorted((bright / "images").glob("*.png")))

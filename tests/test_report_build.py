@@ -3,6 +3,8 @@ must belong together, atomic output, CLI errors."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import re
 import shutil
@@ -237,6 +239,21 @@ def test_verdict_says_what_to_do_first():
     assert d == "keep deployed" and lines[0] == "Keep deployed: the deployed model agrees with FP32 on every site set (day pixel IoU 0.95)."
 
 
+def test_verdict_says_when_fp32_itself_fails_on_a_labelled_site():
+    def labelled(name, dep, cand, fp32_acc):
+        s = _site(name, dep, cand)
+        fp32 = dataclasses.replace(s.variant("fp32"), accuracy={"exact_accuracy": fp32_acc, "cer_gt": 0.9})
+        return dataclasses.replace(s, metrics=(fp32, *s.metrics[1:]))
+
+    sites = [labelled("day", (0.7, "red"), (1.0, "green"), 0.9), labelled("flip", (0.25, "red"), (0.3, "red"), 0.0)]
+    d, lines = verdict(sites, PIXEL, "line", "day", "dark", ReportConfig())
+    assert d == "needs review" and "still disagrees on flip; FP32 itself fails on flip (below)" in lines[0]
+    assert any(line.startswith("On flip FP32 itself gets exact accuracy 0.00 against the labels") for line in lines)
+    assert not any(line.startswith("On day FP32 itself") for line in lines)
+    sites[1] = labelled("flip", (0.25, "red"), (0.3, "red"), 0.8)  # FP32 reads flip: the advice is recalibration
+    assert "add images of those conditions" in verdict(sites, PIXEL, "line", "day", "dark", ReportConfig())[1][0]
+
+
 def test_image_changes_use_the_drift_words_and_follow_the_model():
     unaffected = _site("cam2-day", (0.95, "green"), drift=CAMERA)
     assert drift_label(unaffected) == ("changed, model still agrees", "neutral")
@@ -262,3 +279,38 @@ def test_params_errors_name_the_file_and_out_must_be_a_folder(paths, tmp_path, c
     assert main(_args(paths, afile)) == 2
     err = capsys.readouterr().err
     assert "is a file" in err and len(err.strip().splitlines()) == 1 and afile.read_text() == "x"
+
+
+def test_thumbnails_come_from_the_folder_evaluate_recorded(tmp_path, monkeypatch, caplog):
+    from types import SimpleNamespace
+
+    from quantkit.artifacts.record import SetRef
+    from quantkit.report.aggregate import _images_dir
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sets" / "site-day" / "images").mkdir(parents=True)
+    summary = SimpleNamespace(site_set=SetRef(path="sets/site-day", name="site-day"))
+    assert _images_dir(summary, None) == Path("sets/site-day")
+    (tmp_path / "other" / "site-day" / "images").mkdir(parents=True)
+    assert _images_dir(summary, Path("other")) == Path("other/site-day")
+    gone = SimpleNamespace(site_set=SetRef(path="moved/site-night", name="site-night"))
+    with caplog.at_level("WARNING"):
+        assert _images_dir(gone, None) is None
+    assert "site-night" in caplog.text and "--site-sets" in caplog.text
+
+
+def test_score_distance_alerts_need_the_scores_to_move_in_score_units(paths):
+    from quantkit.report.render import render_html
+
+    report = build_report(_inputs(paths), ReportConfig())
+    model = report.models[0]
+    site = model.sites[0]
+
+    def with_scores(w1: float) -> str:
+        dep = dataclasses.replace(site.variant("deployed"), score_psi=17.8, score_ks=1.0, score_wasserstein=w1)
+        metrics = tuple(dep if m.variant == "deployed" else m for m in site.metrics)
+        sites = (dataclasses.replace(site, metrics=metrics), *model.sites[1:])
+        return render_html(dataclasses.replace(report, models=(dataclasses.replace(model, sites=sites),)))
+
+    assert '<td class="alert">17.8000</td>' not in with_scores(0.0032)  # scores packed near 1: PSI alone is noise
+    assert '<td class="alert">17.8000</td>' in with_scores(0.05)

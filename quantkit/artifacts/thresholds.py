@@ -247,7 +247,9 @@ class ThresholdSet(Artifact):
             rpath = CalibrationRecord.path_in(record)
             rec = CalibrationRecord.load(rpath)
         b = self.binding
-        how = (f"re-derive with: quantkit bind {rpath.parent} --fp32 work/intake --reference REFERENCE_SET "
+        intake = rpath.parent.parent.parent / "intake"  # the pipeline's layout: work/<model>/{intake,quantize/<role>}
+        fp32 = intake if (intake / "model.onnx").is_file() else "INTAKE_DIR"
+        how = (f"re-derive with: quantkit bind {rpath.parent} --fp32 {fp32} --reference REFERENCE_SET "
                f"--params params.yaml --out THRESHOLDS.json")
         theirs = Binding.of(rec, "").describe()
         if b.record_fingerprint != rec.fingerprint or b.calibration_set_id != (rec.set_id or "") or b.model_digest != rec.model_digest:

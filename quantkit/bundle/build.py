@@ -24,7 +24,7 @@ import dataclasses
 import logging
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from .._io import OUTPUT_MARKER, atomic_output_dir, atomic_write_json, canonical_json, read_json, sha256_file
 from ..config import Config
@@ -54,6 +54,8 @@ class BundleConfig(Config):
     compress: gzip the tar (``.tar.gz``, gzip mtime 0) instead of a plain ``.tar``.
     patterns: run the risky-pattern suite on the building machine and record its matrix (a few seconds).
     """
+
+    PARAMS_OPTIONAL: ClassVar[bool] = True
 
     golden_count: int = 4
     providers: tuple[str, ...] = ("CPUExecutionProvider",)

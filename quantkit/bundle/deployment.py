@@ -17,10 +17,11 @@ machine (``quantkit measure`` keeps it beside the report).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from .._io import sha256_file
 from ..config import Config
@@ -34,12 +35,16 @@ from .target import runtime_options
 from .typed import ThresholdSet
 from .verify import VerifyConfig, resolve_bundle, verify_bundle
 
+log = logging.getLogger(__name__)
+
 
 @dataclasses.dataclass(frozen=True)
 class DeploymentVerifyConfig(Config):
     """``params.yaml: verify``. runtimes: the target runtimes (registry names); a runtime that is not installed is
     recorded as such. max_images: site images per set (0 = all). threads: intra-op threads of every runtime (0 = the
     runtime's default), so latencies compare. fail: exit non-zero when a check fails (false: the report shows it)."""
+
+    PARAMS_OPTIONAL: ClassVar[bool] = True
 
     runtimes: tuple[str, ...] = ("onnxruntime", "openvino")
     max_images: int = 16
@@ -73,7 +78,8 @@ def verify_deployment(bundle: str | Path, fp32: str | Path, site_sets: Sequence[
         raise InputFileError(f"{fp32_model}: FP32 intake model not found; run 'quantkit intake' first")
     sets = [CalibrationSet.load(s) for s in site_sets]
     installed = set(available_runtimes())
-    targets = [r for r in cfg.runtimes if r in installed]
+    names = _runtime_names(cfg.runtimes, installed)
+    targets = [r for r in names if r in installed]
     report = verify_bundle(path, VerifyConfig(runtimes=tuple(targets) or ("onnxruntime",), threads=cfg.threads))
     results = []
     with tempfile.TemporaryDirectory(prefix="quantkit-deploy-") as tmp:
@@ -82,8 +88,12 @@ def verify_deployment(bundle: str | Path, fp32: str | Path, site_sets: Sequence[
 
         note = ExportNote.load(ex.path("export_note.json"))
         ts = ThresholdSet.load(ex.path("thresholds.json"))
+        digest = sha256_file(fp32_model)
+        if ts.binding.model_digest != digest:
+            raise InputFileError(f"{fp32_model}: not the FP32 model this bundle was quantized from (its thresholds are bound to "
+                                 f"{ts.binding.model_digest[:12]}, this file is {digest[:12]}); pass the model's own intake folder as --fp32")
         fp32_dec = {s.name: _decisions("onnxruntime", fp32_model, s, note.preprocessing, ts, cfg, fp32=True) for s in sets}
-        for name in cfg.runtimes:
+        for name in names:
             if name not in installed:
                 results.append(RuntimeResult(name, False))
                 continue
@@ -96,6 +106,26 @@ def verify_deployment(bundle: str | Path, fp32: str | Path, site_sets: Sequence[
         man = ex.manifest
     return DeploymentVerification(path.name, sha256_file(path), str(man["record"]["fingerprint"]), str(man["thresholds"]["fingerprint"]),
                                   ts.adapter, tuple(results))
+
+
+def _runtime_names(runtimes: Sequence[str], installed: set[str]) -> list[str]:
+    """``runtimes`` with ``all`` expanded to the installed ones (registry order) and aliases resolved, without repeats.
+    A name no plug-in is registered for (a target such as ``tensorrt`` verified elsewhere, or a typo) is kept, so the
+    artifact records it as not installed here, and logged with the registered names."""
+    from ..runtimes import registered_runtimes, runtime_class
+
+    names: list[str] = []
+    for n in runtimes:
+        if n == "all":
+            names.extend(r for r in registered_runtimes() if r in installed)
+            continue
+        try:
+            names.append(runtime_class(n).NAME)
+        except ConfigError:
+            log.warning("verify.runtimes: no runtime plug-in named %r (registered: %s); recorded as not installed", n,
+                        ", ".join(registered_runtimes()))
+            names.append(n)
+    return list(dict.fromkeys(names))
 
 
 def _decisions(runtime: str, model: Path, cset: Any, pre: Any, ts: Any, cfg: DeploymentVerifyConfig, fp32: bool = False) -> list[dict[str, Any]]:

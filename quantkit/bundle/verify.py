@@ -21,7 +21,7 @@ import dataclasses
 import re
 import tempfile
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from .._io import read_json, sha256_file
 from ..config import Config
@@ -49,6 +49,8 @@ class VerifyConfig(Config):
     threads: intra-op threads of every runtime (0 = each runtime's default).
     localize: after a failure, cut the model to name the first diverging tensor.
     """
+
+    PARAMS_OPTIONAL: ClassVar[bool] = True
 
     runtimes: tuple[str, ...] = ("onnxruntime",)
     providers: tuple[str, ...] = ("CPUExecutionProvider",)

@@ -356,6 +356,10 @@ def register_set(
         rels = [p.relative_to(root).as_posix() for p in others]
         log.warning("%s: %d file(s) without an image suffix (%s) are not part of the set: %s; move them out of %s/ to silence this",
                     root, len(rels), ", ".join(sorted(IMAGE_SUFFIXES)), _some(rels), IMAGES)
+    stray = sorted(set(labels or {}) - {p.relative_to(root).as_posix() for p in files})
+    if stray:
+        raise CalibrationSetError(f"{root}: labels name {len(stray)} file(s) that are not images of the set ({_some(stray)}); "
+                                  f"key the labels by the file's path in the set, e.g. {IMAGES}/0001.jpg")
     entries, rows, skipped = _measure(root, files, name, captured_at or {}, labels or {}, on_error)
     manifest = _manifest_dict(name, kind, camera, lighting, site, entries, generator)
     mpath = root / MANIFEST

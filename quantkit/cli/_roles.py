@@ -21,6 +21,9 @@ def role_path(explicit: Any, params: Any, role: str | None, key: str, flag: str)
         raise ConfigError(f"{flag} and --role both name the set; pass one")
     if params is None:
         raise ConfigError(f"--role {role} reads calibrations.{role}.{key} from --params; pass --params params.yaml")
+    roles = load_params(params, "calibrations")
+    if role not in roles:
+        raise ConfigError(f"{params}: --role {role}: calibrations has no role {role!r} (it has {', '.join(sorted(roles)) or 'none'}); fix --role")
     section = load_params(params, f"calibrations.{role}")
     if key not in section:
         raise ConfigError(f"{params}: calibrations.{role} has no {key!r}; add it or pass {flag}")

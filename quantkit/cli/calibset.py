@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 
@@ -22,6 +23,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("--camera", help=f"camera id (default {defaults['camera']})")
     r.add_argument("--lighting", help=f"lighting condition, e.g. day/night (default {defaults['lighting']})")
     r.add_argument("--site", help=f"site / line id (default {defaults['site']})")
+    r.add_argument("--labels", type=Path, metavar="JSON",
+                   help="ground truth: a JSON object {image file (images/0001.jpg): {labels}}; the keys each task reads: "
+                        "db_text text_boxes, box_detector boxes, classifier class, ctc_text text, segmentation boxes")
     r.add_argument("--on-error", choices=("fail", "skip"),
                    help=f"unreadable image: fail (nothing written) or skip it (logged by name, left out); default {defaults['on_error']}")
     r.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -82,6 +86,8 @@ def _register(args: argparse.Namespace) -> int:
     from ..calibset import register_set
 
     given = {k: getattr(args, k) for k in ("kind", "camera", "lighting", "site", "on_error") if getattr(args, k) is not None}
+    if args.labels is not None:
+        given["labels"] = _labels(args.labels)
     res = register_set(args.folder, name=args.name, **given)
     if args.json:
         _print_json(res.to_dict())
@@ -91,6 +97,20 @@ def _register(args: argparse.Namespace) -> int:
         for f in res.skipped:
             print(f"  skipped unreadable {f}")
     return 0
+
+
+def _labels(path: Path) -> dict[str, Any]:
+    """``--labels``: ``{relative image file: labels mapping}``.
+
+    Raises:
+        InputFileError: the file is missing, not JSON, or not an object of objects."""
+    from .._io import read_json
+    from ..errors import InputFileError
+
+    data = read_json(path, "labels file")
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise InputFileError(f"{path}: labels must be a JSON object {{\"images/0001.jpg\": {{\"class\": 3}}, ...}}")
+    return data
 
 
 def _list(args: argparse.Namespace) -> int:

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from ..artifacts.drift import ClippedTensor, Clipping
-from ..errors import CalibrationSetError
+from .._io import sha256_file
+from ..errors import CalibrationSetError, InputFileError
 from .config import DriftConfig
 
 
@@ -42,8 +43,12 @@ def clipping_rates(fp32_dir: str | Path, record_dir: str | Path, images: Sequenc
     from ..quantize.compare import clipping_rates as clipping_table
     from ..quantize.engine import load_intake
 
-    _, model, note = load_intake(fp32_dir)
+    model_path, model, note = load_intake(fp32_dir)
     record = CalibrationRecord.load(record_dir)
+    digest = sha256_file(model_path)
+    if record.model_digest != digest:
+        raise InputFileError(f"{model_path}: not the FP32 model {record_dir} was quantized from (its record names "
+                             f"{record.model_digest[:12]}, this file is {digest[:12]}); pass that model's intake folder as --fp32")
     batches = (note.preprocessing.apply(load_image(p))[0] for p in images)
     table = clipping_table(model, record, batches, total=len(images))
     return {str(t): float(r) for t, r in zip(table["tensor"], table["clipping_rate"])}

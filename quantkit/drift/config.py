@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Literal
+from typing import ClassVar, Literal
 
 from ..calibset.stats import STAT_COLUMNS
 from ..config import Config
@@ -82,6 +82,8 @@ class DriftConfig(Config):
         clip_images: images sampled (evenly) from each set for clipping, 0 = all.
         clip_ratio, clip_floor: clipping moved when ``rate > max(baseline*ratio, baseline+floor)``.
     """
+
+    PARAMS_OPTIONAL: ClassVar[bool] = True
 
     statistics: tuple[str, ...] = ()
     metrics: tuple[Metric, ...] = ("wasserstein", "psi", "js")

@@ -9,6 +9,7 @@ every drift result with this deployed record; a mismatch is refused naming both 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,8 @@ from ..thresholds.stats import bootstrap_ratio
 from .config import ReportConfig
 from .model import INT8_ROLES, Example, ModelReport, ShiftMetrics, SiteReport
 from .verdict import verdict
+
+log = logging.getLogger(__name__)
 
 VARIANT_ORDER = ("fp32", "deployed", "candidate", "deployed@fp32-thresholds", "candidate@fp32-thresholds")
 
@@ -182,8 +185,15 @@ def _drift(path: Path, deployed: CalibrationRecord) -> DriftResult | None:
 
 
 def _images_dir(summary: EvalSummary, site_sets: Path | None) -> Path | None:
-    candidates = [c for c in ((Path(site_sets) / summary.site_set.name) if site_sets else None, Path("site_sets") / summary.site_set.name) if c]
-    return next((c for c in candidates if c.is_dir()), None)
+    """The site set's folder for thumbnails: ``site_sets/<name>`` when given, else the folder evaluate recorded, else
+    ``./site_sets/<name>``; None (logged: the report shows "image not available") when none exists here."""
+    ref = summary.site_set
+    candidates = [Path(site_sets) / ref.name if site_sets else None, Path(ref.path) if ref.path else None, Path("site_sets") / ref.name]
+    found = next((c for c in candidates if c is not None and (c / "images").is_dir()), None)
+    if found is None:
+        log.warning("site set %r: images not found at %s; thumbnails are left out (pass --site-sets FOLDER)", ref.name,
+                    " or ".join(str(c) for c in candidates if c is not None))
+    return found
 
 
 def _site_dirs(eval_dir: Path) -> list[Path]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 from ..config import Config
 from ..errors import ConfigError
@@ -19,14 +20,19 @@ class ReportConfig(Config):
         amber_band: below ``min_agreement - amber_band`` is red.
         max_detection_change: largest acceptable relative change of detections per image vs FP32 (green).
         score_psi_alert: PSI of the score histogram vs FP32 that raises an alert (0.25 = "significant" in
-            Siddiqi 2006's rule of thumb).
-        score_ks_alert: KS statistic of the score CDF vs FP32 that raises an alert.
-        score_wasserstein_alert: W1 between score distributions (score units, 0..1) that raises an alert.
+            Siddiqi 2006's rule of thumb), when the scores also moved by more than ``score_wasserstein_alert``.
+        score_ks_alert: KS statistic of the score CDF vs FP32 that raises an alert (same condition).
+        score_wasserstein_alert: W1 between score distributions (score units, 0..1) that raises an alert; PSI and
+            KS are marked only above it, since both fire on tiny moves of scores packed near 0 or 1.
         examples_per_site: thumbnails per site set (images where INT8 and FP32 disagree most).
         thumbnail_px: longest thumbnail side in pixels.
         top_tensors: tensors listed in "scales that moved most".
+        fp32_min_accuracy: on a labelled site set, FP32's accuracy against the labels (the task's first accuracy
+            metric) below this says the model itself fails there: recalibration cannot fix it, and the verdict says so.
         title: report title.
     """
+
+    PARAMS_OPTIONAL: ClassVar[bool] = True
 
     min_agreement: float = 0.9
     amber_band: float = 0.1
@@ -37,6 +43,7 @@ class ReportConfig(Config):
     examples_per_site: int = 3
     thumbnail_px: int = 240
     top_tensors: int = 10
+    fp32_min_accuracy: float = 0.5
     title: str = "Quantization shift report"
 
     def validate(self) -> None:
@@ -52,6 +59,8 @@ class ReportConfig(Config):
             raise ConfigError(f"report.examples_per_site: {self.examples_per_site} must be 0..20 (keeps the HTML small)")
         if not 32 <= self.thumbnail_px <= 640:
             raise ConfigError(f"report.thumbnail_px: {self.thumbnail_px} must be 32..640")
+        if not 0.0 <= self.fp32_min_accuracy <= 1.0:
+            raise ConfigError(f"report.fp32_min_accuracy: {self.fp32_min_accuracy} must be in [0, 1]")
         if self.top_tensors < 1:
             raise ConfigError(f"report.top_tensors: {self.top_tensors} must be >= 1")
 

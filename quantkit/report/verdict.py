@@ -91,9 +91,25 @@ def _mean(d: dict[str, ShiftMetrics | None], primary: MetricInfo) -> float:
     return float(np.mean(vals)) if vals else float("nan")
 
 
-def _facts(sites: Sequence[SiteReport], dep: dict[str, ShiftMetrics | None], primary: MetricInfo, item: str, deployed_cal: str) -> list[str]:
+def fp32_fails(site: SiteReport, cfg: ReportConfig) -> tuple[str, float] | None:
+    """``(metric, value)`` when FP32's accuracy against the site set's labels (the task's first accuracy metric) is
+    below ``cfg.fp32_min_accuracy``; None when it is not, or the set is unlabelled."""
+    fp32 = site.variant("fp32")
+    if fp32 is None or not fp32.accuracy:
+        return None
+    name, value = next(iter(fp32.accuracy.items()))
+    return (name, value) if value == value and value < cfg.fp32_min_accuracy else None
+
+
+def _facts(sites: Sequence[SiteReport], dep: dict[str, ShiftMetrics | None], primary: MetricInfo, item: str, deployed_cal: str,
+           cfg: ReportConfig) -> list[str]:
     facts = []
     for s in sites:
+        failing = fp32_fails(s, cfg)
+        if failing is not None:
+            facts.append(f"On {s.name} FP32 itself gets {failing[0].replace('_', ' ')} {failing[1]:.2f} against the labels: the model, "
+                         "not the quantization, fails there, and no calibration set can fix that; the model needs retraining or "
+                         "the images a check (orientation, crop, exposure).")
         m = dep[s.name]
         if m is None:
             continue
@@ -114,7 +130,7 @@ def verdict(sites: Sequence[SiteReport], primary: MetricInfo, item: str, deploye
     cand = {s.name: s.variant("candidate") for s in sites}
     bad = [n for n, m in dep.items() if m and m.status != "green"]
     has_candidate = bool(candidate_cal) and any(cand.values()) and not same_calibration
-    facts = _facts(sites, dep, primary, item, deployed_cal)
+    facts = _facts(sites, dep, primary, item, deployed_cal, cfg)
     status_words = {n: f"{short(primary)} {m.agreement.get(primary.name, float('nan')):.2f}, {m.status}" for n, m in dep.items() if m}
     disagrees = "the deployed model disagrees with FP32 on " + _names([f"{n} ({status_words[n]})" for n in bad]) if bad else ""
     if not has_candidate:
@@ -150,7 +166,10 @@ def verdict(sites: Sequence[SiteReport], primary: MetricInfo, item: str, deploye
         if fixes and breaks:
             tail = f"{recal} fixes {_names(fixes)} but breaks {_names(breaks)}; compose a calibration set that covers both conditions"
         elif fixes:
-            tail = f"{recal} fixes {_names(fixes)} but still disagrees on {_names(still)}; add images of those conditions to the calibration set"
+            hopeless = [s.name for s in sites if s.name in still and fp32_fails(s, cfg)]
+            advice = (f"FP32 itself fails on {_names(hopeless)} (below)" if hopeless == still
+                      else "add images of those conditions to the calibration set")
+            tail = f"{recal} fixes {_names(fixes)} but still disagrees on {_names(still)}; {advice}"
         else:
             tail = f"{recal} does not fix it; recalibrate on images that cover the conditions of {_names(bad)}"
         head = f"Needs review: {disagrees}; {tail}."
