@@ -107,15 +107,21 @@ def normalized_wasserstein(reference: Any, current: Any, *, scale: float | None 
     return wasserstein(reference, current) / s
 
 
-def quantile_edges(reference: Any, bins: int = 10) -> np.ndarray:
+def quantile_edges(reference: Any, bins: int = 10, *, min_width: float = 0.0) -> np.ndarray:
     """Bin edges at the reference's quantiles (deciles for ``bins=10``), outer edges at +-inf.
 
     Ties collapse duplicate edges, so a near-constant reference gets fewer bins. A constant reference
-    ``v`` gets three bins: below ``v``, exactly ``v``, above ``v``.
+    ``v`` gets three bins: below ``v``, exactly ``v``, above ``v``. With ``min_width > 0`` (the values'
+    resolution, in their units) a reference whose range is below ``min_width`` counts as constant at its
+    median ``v`` and gets the bins ``< v - min_width``, ``[v - min_width, v + min_width)``, ``>= v + min_width``:
+    values closer than the resolution are the same value.
     """
     r = _samples(reference, "reference")
     inner = np.unique(np.quantile(r, np.linspace(0, 1, bins + 1)[1:-1]))
-    if r.min() == r.max():
+    if min_width > 0 and float(r.max() - r.min()) < min_width:
+        v = float(np.median(r))
+        inner = np.array([v - min_width, v + min_width])
+    elif r.min() == r.max():
         v = float(r[0])
         inner = np.array([v, np.nextafter(v, np.inf)])
     return np.concatenate([[-np.inf], inner, [np.inf]])

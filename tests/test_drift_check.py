@@ -62,6 +62,7 @@ def test_held_out_day_is_not_flagged(sets):
     r = check_drift(sets["day"], sets["calib"], NOCLIP)
     assert not r.changed and r.moved == []
     assert r.reasons[0].startswith("no image statistic moved")
+    assert not r.small_calibration and r.warnings == ()  # 64 calibration images in 2 chunks of 32: thresholds are meaningful
 
 
 def test_night_flags_lighting_with_plain_reasons(sets):

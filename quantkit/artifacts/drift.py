@@ -56,6 +56,9 @@ class StatisticChange(Config):
 
     ``separation`` is the Jensen-Shannon distance (base 2, 0..1) between the calibration and site values on
     the calibration quantile bins: bounded and unitless, so it ranks statistics of different units.
+    ``outside_fraction`` is the fraction (0..1) of site images outside the calibration range widened by the
+    statistic's resolution (:data:`quantkit.drift.config.RESOLUTION`); ``median_outside`` whether the site
+    median is (then the statistic moved, whatever the thresholds; ``DriftConfig.range_check``).
     """
 
     VERSIONED: ClassVar[bool] = False
@@ -67,6 +70,8 @@ class StatisticChange(Config):
     metrics_moved: int
     moved: bool
     separation: float = 0.0
+    outside_fraction: float = 0.0
+    median_outside: bool = False
 
     @property
     def label(self) -> str:
@@ -123,11 +128,13 @@ class Clipping(Config):
 class DriftResult(Artifact):
     """Outcome of a drift check. ``statistics``: one entry per (statistic, metric); ``changes``: one per
     statistic; ``clipping``: None when not measured; ``changed``: the images (or clipping) moved beyond the
-    calibration set's variability; ``reasons``: plain sentences."""
+    calibration set's variability; ``reasons``: plain sentences; ``small_calibration``: the calibration set is
+    too small for thresholds from its own variability (``DriftConfig.min_calibration_images`` /
+    ``min_chunk_images``), said in plain words in ``warnings``."""
 
     KIND: ClassVar[str] = "drift result"
     PRODUCER: ClassVar[str] = "quantkit drift"
-    SCHEMA_VERSION: ClassVar[int] = 2
+    SCHEMA_VERSION: ClassVar[int] = 3
 
     site_set: SetRef
     calibration_set: SetRef
@@ -138,6 +145,8 @@ class DriftResult(Artifact):
     reasons: tuple[str, ...]
     config: dict[str, Any]
     record_fingerprint: str = ""
+    small_calibration: bool = False
+    warnings: tuple[str, ...] = ()
 
     @property
     def moved(self) -> list[str]:
@@ -147,11 +156,15 @@ class DriftResult(Artifact):
     @classmethod
     def migrate(cls, data: dict[str, Any], version: Any, path: Any) -> dict[str, Any]:
         """Schema 1 (quantkit 0.1): ``recalibrate`` -> ``changed``, set dicts with ``path`` kept, clipping ``worst``
-        as it was."""
-        if version != 1:
+        as it was. Schema 2: no ``small_calibration`` / ``warnings`` and no ``outside_fraction`` /
+        ``median_outside`` per statistic; they take their defaults (not small, no warning, nothing outside): a
+        v2 result was judged by its thresholds alone, and it is not re-judged here."""
+        if version not in (1, 2):
             return super().migrate(data, version, path)
-        d = {k: v for k, v in data.items() if k != "recalibrate"}
-        d["changed"] = bool(data.get("recalibrate"))
+        d = dict(data)
+        if version == 1:
+            d = {k: v for k, v in data.items() if k != "recalibrate"}
+            d["changed"] = bool(data.get("recalibrate"))
         d["schema_version"] = cls.SCHEMA_VERSION
         return d
 

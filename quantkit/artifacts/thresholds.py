@@ -91,8 +91,9 @@ class Binding(Config):
 
 @dataclasses.dataclass(frozen=True)
 class Estimate(Config):
-    """A metric pooled over a set (ratio of sums over images) with its percentile-bootstrap CI over images
-    (Efron & Tibshirani 1993, ch. 13): ``value``, ``ci`` = (low, high) at the set's confidence, ``n`` images."""
+    """A metric pooled over a set (ratio of sums over images) with its confidence interval
+    (:func:`quantkit.thresholds.stats.bootstrap_ratio`: Clopper-Pearson for proportions of images, else a BCa
+    bootstrap over images): ``value``, ``ci`` = (low, high) at the set's confidence, ``n`` images."""
 
     VERSIONED: ClassVar[bool] = False
 

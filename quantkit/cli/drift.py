@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     out = [f"site set {result.site_set.name} vs calibration set {result.calibration_set.name}: {verdict}"]
     out.append(f"  {'statistic':<26} {'calib':>10} {'site':>10} {'change':>8}  metrics moved")
     for c in result.changes:
-        mark = "MOVED" if c.moved else ""
+        mark = ("MOVED" + (" (site median outside calibration range)" if c.median_outside else "")) if c.moved else ""
         change = f"{100 * c.relative_change:>7.0f}%" if c.describable else f"{'–':>8}"  # undefined when the calibration median is 0
         out.append(f"  {PLAIN_NAMES.get(c.name, c.name):<26} {c.calibration_median:>10.4g} {c.site_median:>10.4g} "
                    f"{change}  {c.metrics_moved}/{len(cfg.metrics)} {mark}")
@@ -58,5 +58,6 @@ def run(args: argparse.Namespace) -> int:
         out.append(f"  clipping: {100 * k.rate:.3f}% vs baseline {100 * k.baseline:.3f}% (threshold {100 * k.threshold:.3f}%)"
                    f"{' MOVED' if k.moved else ''}")
     out.extend(f"  - {r}" for r in result.reasons)
+    out.extend(f"  warning: {w}" for w in result.warnings)
     sys.stdout.write("\n".join(out) + "\n")
     return 0

@@ -22,7 +22,7 @@ from ..artifacts.record import SetRef
 from ..errors import CalibrationSetError, ConfigError
 from .clipping import measure_clipping
 from .config import DriftConfig
-from .statistics import compare_statistics, describe_changes
+from .statistics import compare_statistics, describe_changes, small_calibration
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +81,8 @@ def check_drift(site_set: str | Path, calibration_set: str | Path, config: Drift
 
     Raises:
         CalibrationSetError: a set is missing, unregistered, changed since registration, or too small to split.
+            A set that can be split but is small for its thresholds is not an error: the result says so
+            (``small_calibration``, ``warnings``) and a warning is logged.
         ConfigError: bad options, or clipping enabled without ``quantized``/``fp32``.
         ModelError / InputFileError: model or record unusable.
     """
@@ -90,6 +92,9 @@ def check_drift(site_set: str | Path, calibration_set: str | Path, config: Drift
     site, site_stats = _load(site_set, "site")
     calib, calib_stats = _load(calibration_set, "calibration")
     effects, changes = compare_statistics(calib_stats, site_stats, cfg)
+    warning = small_calibration(len(calib_stats), len(site_stats), cfg, calib.name)
+    if warning:
+        log.warning("drift %s: %s", site.name, warning)
     clip = measure_clipping(site.paths(), calib.paths(), Path(fp32), Path(quantized), cfg) if cfg.clipping else None  # type: ignore[arg-type]
     changed = is_changed(changes, clip)
     record_fp = ""
@@ -100,4 +105,4 @@ def check_drift(site_set: str | Path, calibration_set: str | Path, config: Drift
     log.info("drift %s vs %s: changed=%s", site.name, calib.name, changed)
     return DriftResult(site_set=_ref(site), calibration_set=_ref(calib), statistics=tuple(effects), changes=tuple(changes),
                        clipping=clip, changed=changed, reasons=tuple(reasons(changes, clip, calib.name)), config=cfg.to_dict(),
-                       record_fingerprint=record_fp)
+                       record_fingerprint=record_fp, small_calibration=bool(warning), warnings=(warning,) if warning else ())

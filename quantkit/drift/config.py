@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import ClassVar, Literal
 
 from ..calibset.stats import STAT_COLUMNS
@@ -13,6 +14,37 @@ Metric = Literal["wasserstein", "psi", "js"]
 
 DEFAULT_STATISTICS: tuple[str, ...] = STAT_COLUMNS
 """Statistics compared by default: every column of the set's ``stats.csv``."""
+
+RESOLUTION: dict[str, float] = {
+    "width": 1.0, "height": 1.0,                       # one pixel
+    "brightness_mean": 1.0, "brightness_p5": 1.0,      # one 8-bit luma level
+    "brightness_p50": 1.0, "brightness_p95": 1.0,
+    "contrast_rms": 1.0 / 255, "saturation_mean": 1.0 / 255,  # one 8-bit level on a 0..1 scale
+    "cast_rg": 1.0 / 128, "cast_bg": 1.0 / 128,        # one 8-bit level of a channel at mid-grey (128)
+    "sharpness_lapvar": 1.0,                           # luma^2 units: one level squared
+    "noise_sigma": 0.05,                               # luma levels
+    "clip_dark": 0.01, "clip_bright": 0.01,            # 1% of the pixels
+}
+"""Smallest difference that counts, per statistic, in the statistic's own units (:mod:`quantkit.calibset.stats`).
+
+It is the floor of the calibration spread that normalizes W1 (so a statistic that is constant on the calibration
+set, e.g. no crushed-black pixels on any image, still gives a finite effect) and the half-width of the middle bin
+when the calibration range is narrower than it (:func:`quantkit.metrics.quantile_edges`), so values closer than
+this are the same value. A statistic not listed gets no floor beyond ``spread_floor``."""
+
+MIN_EFFECT: dict[str, float] = {"psi": 0.1, "wasserstein": 0.1 ** 0.5, "js": (0.1 / (8 * math.log(2))) ** 0.5}
+"""Floor of each metric's alert threshold: an effect below it never counts, however small the calibration
+set's own variability (e.g. zero for a constant statistic). PSI 0.1 is the "no significant shift" bound
+(Siddiqi 2006, :data:`quantkit.metrics.PSI_MODERATE`); the others are its equivalents for a mean shift of two
+normal distributions with equal variance: PSI (Jeffreys divergence) = delta^2, normalized W1 = delta, so
+W1 = sqrt(0.1) = 0.32; JS divergence ~ Jeffreys / 8 nats for close distributions (second-order expansion of
+KL), so JS distance (base 2) = sqrt(0.1 / (8 ln 2)) = 0.13."""
+
+BOUNDED_METRICS = ("psi", "js")
+"""Metrics whose effect on the calibration quantile bins has a largest value, reached when every site image
+lies beyond the calibration range (JS distance <= 1 with log base 2; PSI is bounded here because empty bins
+are floored at :data:`quantkit.metrics.PSI_EPSILON`). Their thresholds are capped below it
+(``DriftConfig.threshold_cap``)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +64,19 @@ class DriftConfig(Config):
         quantile: quantile of the null effects used as threshold (1.0 = max).
         margin: factor on that quantile.
         min_metrics: how many metrics must exceed their thresholds for a statistic to count as moved.
+        range_check: a statistic also moved when the site set's median lies outside the calibration set's
+            range ``[min - r, max + r]`` (``r``: :data:`RESOLUTION`). Under "nothing changed" (site and
+            calibration images exchangeable) this needs the top (or bottom) half of the site set beyond every
+            calibration image: probability below 0.01 for 12 site and 16 calibration images (hypergeometric,
+            both tails), far less for larger sets; it holds at any calibration size, where the chunk-vs-rest
+            thresholds do not.
+        threshold_cap: cap of the thresholds of PSI and JS (:data:`BOUNDED_METRICS`) as a fraction of the
+            effect of a site set entirely beyond the calibration range, so that a complete separation is
+            always detected (on a small calibration set chunk-vs-rest effects can reach that maximum).
+        min_calibration_images, min_chunk_images: below either (calibration images; images per chunk) the
+            chunk-vs-rest thresholds are called unreliable in the result (``small_calibration``) and a
+            warning is logged: with 5 quantile bins a chunk of fewer than 8 images has under 2 images per
+            bin, and the maximum over few, small chunks is dominated by a handful of images.
         seed: seed of the shuffles (same inputs, same result).
         clipping: measure activation clipping (needs ``--quantized`` and ``--fp32``).
         clip_images: images sampled (evenly) from each set for clipping, 0 = all.
@@ -50,6 +95,10 @@ class DriftConfig(Config):
     quantile: float = 1.0
     margin: float = 1.5
     min_metrics: int = 2
+    range_check: bool = True
+    threshold_cap: float = 0.9
+    min_calibration_images: int = 32
+    min_chunk_images: int = 8
     seed: int = 0
     clipping: bool = True
     clip_images: int = 8
@@ -73,5 +122,9 @@ class DriftConfig(Config):
             raise ConfigError(f"drift.quantile: {self.quantile} must be in 0.5..1.0")
         if self.margin < 1.0:
             raise ConfigError(f"drift.margin: {self.margin} must be at least 1.0")
+        if not 0 < self.threshold_cap <= 1:
+            raise ConfigError(f"drift.threshold_cap: {self.threshold_cap} must be in (0, 1]")
+        if self.min_calibration_images < 1 or self.min_chunk_images < 1:
+            raise ConfigError("drift: min_calibration_images and min_chunk_images must be at least 1")
         if self.spread_floor < 0 or self.clip_floor < 0 or self.clip_ratio < 1.0 or self.clip_images < 0:
             raise ConfigError("drift: spread_floor and clip_floor must be >= 0, clip_ratio >= 1, clip_images >= 0")

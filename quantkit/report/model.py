@@ -125,7 +125,7 @@ class ShiftReport:
                     site[m.variant] = {k: _round(x) for k, x in v.items() if x is not None}
                 if s.drift:
                     d = s.drift
-                    site["drift"] = {"changed": d.changed, "statistics_moved": len(d.moved),
+                    site["drift"] = {"changed": d.changed, "statistics_moved": len(d.moved), "small_calibration": d.small_calibration,
                                      **({"clipping_rate": _round(d.clipping.rate), "clipping_moved": d.clipping.moved} if d.clipping else {}),
                                      **{f"{e.name}.{e.metric}": _round(e.effect) for e in d.statistics}}
                 node[s.name] = site

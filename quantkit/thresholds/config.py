@@ -21,8 +21,8 @@ class OperatingPointConfig(Config):
         grid_step: candidate spacing, in threshold units.
         target_far: the false-alarm rate ``fixed_far`` keeps (share of images with >= 1 item).
         target_recall: the recall ``target_recall`` keeps.
-        bootstrap_resamples, bootstrap_seed, confidence: percentile bootstrap over images (Efron &
-            Tibshirani 1993, ch. 13).
+        bootstrap_resamples, bootstrap_seed, confidence: confidence intervals over images: Clopper-Pearson
+            for proportions, else BCa bootstrap (:mod:`quantkit.thresholds.stats`).
     """
 
     mode: Mode = "keep_fp32"
