@@ -137,6 +137,17 @@ def output_feeds_activation_model(size: int = 16, op: str = "Relu") -> onnx.Mode
     return _model(nodes, [_x(size)], outs, inits)
 
 
+def reshaped_softmax_output_model(size: int = 16) -> onnx.ModelProto:
+    """``y = Reshape(Softmax(Conv(x), axis=1), [1, 4, S*S])``: the graph output is a Reshape of a quantized tensor, so
+    ORT gives it its input's scale (PP-OCR rec's tail after intake: ``softmax_11.tmp_0_intermediate`` -> Reshape)."""
+    inits = [_w("w1", (4, 3, 3, 3), 5), numpy_helper.from_array(np.array([1, 4, size * size], np.int64), "shape")]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Softmax", ["c"], ["y_intermediate"], name="softmax", axis=1),
+             helper.make_node("Reshape", ["y_intermediate", "shape"], ["y"], name="reshape")]
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, size * size])]
+    return _model(nodes, [_x(size)], outs, inits)
+
+
 def variable_shape_model(size: int = 16, threshold: float = 0.5, consumer: str = "Mul") -> onnx.ModelProto:
     """``r = Relu(Conv(x))``; ``vals = GatherND(r, NonZero(r > threshold)^T)`` (its length depends on the image)
     then ``out = consumer(vals, 2)``; ``y = Conv(r)``. A huge ``threshold`` makes ``vals`` empty on every image."""

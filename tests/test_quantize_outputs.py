@@ -11,7 +11,13 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from models import concat_head_model, conv_relu_conv_model, output_feeds_activation_model, variable_shape_model
+from models import (
+    concat_head_model,
+    conv_relu_conv_model,
+    output_feeds_activation_model,
+    reshaped_softmax_output_model,
+    variable_shape_model,
+)
 from test_quantize_fixtures import make_set, write_model_intake
 
 from quantkit.artifacts import CalibrationRecord
@@ -217,3 +223,13 @@ def test_override_and_pin_do_not_fight(tmp_path, cset):
     assert "outputs_pinned" not in rec.calibration
     lo, hi = rec.tensor("y1").representable()
     assert lo[0] == pytest.approx(-2.0, abs=0.02) and hi[0] == pytest.approx(2.0, abs=0.02)
+
+
+def test_an_output_sharing_its_inputs_scale_is_reported_quantized(tmp_path, cset, capsys):
+    """A Reshape output carries its input's scale in ORT's QDQ model; the summary said "float (not quantized)"."""
+    intake = write_model_intake(reshaped_softmax_output_model(SIZE), tmp_path / "intake", SIZE)
+    assert main(["quantize", str(intake), "--calibration-set", str(cset), "--out", str(tmp_path / "q")]) == 0
+    text = capsys.readouterr().out
+    (out,) = CalibrationRecord.load(tmp_path / "q").calibration["outputs"]
+    assert out["quantized"] and out["shares"] == "y_intermediate" and out["dtype"] == "uint8"
+    assert "not quantized" not in text and "y: uint8 scale" in text and "(shares y_intermediate's parameters)" in text

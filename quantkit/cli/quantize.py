@@ -99,7 +99,8 @@ def findings(rec: Any) -> list[str]:
             continue
         cr = o.get("calibrated")
         span = f"calibrated [{cr[0]:.4g}, {cr[1]:.4g}], " if cr else ""
-        lines.append(f"  {o['name']}: {o['dtype']} scale {o['scale']:.4g} zero point {o['zero_point']}, {span}"
+        shares = f" (shares {o['shares']}'s parameters)" if o.get("shares") else ""
+        lines.append(f"  {o['name']}: {o['dtype']} scale {o['scale']:.4g} zero point {o['zero_point']}{shares}, {span}"
                      f"represents [{o['written'][0]:.4g}, {o['written'][1]:.4g}]")
     for name in cal.get("outputs_pinned", []):
         lines.append(f"kept its own range: graph output {name!r} feeds a Relu/Clip, whose range ONNX Runtime would have given it")

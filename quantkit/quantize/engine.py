@@ -178,7 +178,7 @@ def _static(model: Any, model_path: Path, note: ExportNote, config: StaticQuantC
         if floated:
             calib["float_nodes"] = sorted(set(calib.get("float_nodes", [])) | set(floated))
     tensors = extract_scales(q, prepared, ranges=ranges, calibrator=config.method)
-    calib.update(outputs.findings(prepared, tensors, ranges, config.symmetric_activations, channels, pinned, levels_floor))
+    calib.update(outputs.findings(prepared, tensors, ranges, config.symmetric_activations, channels, pinned, levels_floor, q))
     rec = _record(tensors, model_digest, sha256_bytes(data), cs_info, config, opset_of(model), opset_of(q), "static", calib)
     full = {k: (float(np.min(ranges[k].range_value[0])), float(np.max(ranges[k].range_value[1]))) for k in sorted(ranges.data)}
     return dataclasses.replace(rec, calibrated_ranges=full)
@@ -290,7 +290,7 @@ def _dynamic(model: Any, model_path: Path, note: ExportNote, config: DynamicQuan
             raise ModelError(f"{model_path}: ONNX Runtime could not quantize the model dynamically ({type(e).__name__}: {first}); run 'quantkit intake' on it") from None
         q, data = _finish(raw, note, out / MODEL_FILE, config)
     tensors = extract_scales(q, prepared, calibrator="dynamic")
-    calib = {"outputs": outputs.output_summary(prepared, tensors, {})}
+    calib = {"outputs": outputs.output_summary(prepared, tensors, {}, q)}
     return _record(tensors, model_digest, sha256_bytes(data), None, config, opset_of(model), opset_of(q), "dynamic", calib)
 
 

@@ -220,20 +220,37 @@ def _written(t: TensorScale) -> tuple[float, float]:
     return float(np.min(lo)), float(np.max(hi))
 
 
-def output_summary(model: Any, tensors: Sequence[TensorScale], ranges: Mapping[str, tuple[float, float]]) -> list[dict[str, Any]]:
+def output_summary(model: Any, tensors: Sequence[TensorScale], ranges: Mapping[str, tuple[float, float]],
+                   qmodel: Any = None) -> list[dict[str, Any]]:
     """Every graph output of the float ``model``, in graph order: ``name``, ``quantized``, and for quantized ones
-    ``dtype``, ``scale``/``zero_point`` (first channel), ``calibrated`` and ``written`` ``[min, max]``."""
+    ``dtype``, ``scale``/``zero_point`` (first channel), ``calibrated`` and ``written`` ``[min, max]``.
+
+    An output that ORT quantized with another tensor's parameters (the output of a Reshape, Transpose, ... shares its
+    input's scale) is found through the ``DequantizeLinear`` that produces it in ``qmodel``; ``shares`` names the
+    record row whose parameters it carries."""
     rows = {t.name: t for t in tensors}
+    shared = _dq_scale_rows(qmodel) if qmodel is not None else {}
     out = []
     for o in model.graph.output:
         t = rows.get(o.name)
         row: dict[str, Any] = {"name": o.name, "quantized": t is not None}
+        if t is None and shared.get(o.name) in rows:
+            t = rows[shared[o.name]]
+            row.update({"quantized": True, "shares": t.name})
         if t is not None:
             row.update({"dtype": t.dtype, "scale": t.scale[0], "zero_point": t.zero_point[0], "written": list(_written(t))})
         if o.name in ranges:
             row["calibrated"] = [float(ranges[o.name][0]), float(ranges[o.name][1])]
         out.append(row)
     return out
+
+
+def _dq_scale_rows(qmodel: Any) -> dict[str, str]:
+    """Graph output name -> the record row name of the scale its producing ``DequantizeLinear`` reads
+    (``<row>_scale``, the naming of :func:`quantkit.quantize.scales.extract_scales`)."""
+    outs = {o.name for o in qmodel.graph.output}
+    return {n.output[0]: n.input[1][: -len("_scale")] for n in qmodel.graph.node
+            if n.op_type == "DequantizeLinear" and n.output and n.output[0] in outs and len(n.input) > 1 and n.input[1].endswith("_scale")}
 
 
 def range_changes(model: Any, tensors: Sequence[TensorScale], ranges: Mapping[str, tuple[float, float]], symmetric: bool) -> list[dict[str, Any]]:
@@ -295,17 +312,18 @@ def relu_fed_outputs(model: Any, ranges: Mapping[str, Any], op_types: Iterable[s
 
 
 def findings(model: Any, tensors: Sequence[TensorScale], ranges: Any, symmetric: bool, channels: Iterable[ChannelRange],
-             pinned: Sequence[str], levels_floor: float) -> dict[str, Any]:
+             pinned: Sequence[str], levels_floor: float, qmodel: Any = None) -> dict[str, Any]:
     """The record's account of what the written model computes: ``outputs`` always; ``outputs_pinned``,
     ``range_changes`` and ``collapsed_outputs`` when not empty (each change and collapse logged as a warning).
 
     Args:
         model: the float model quantized; tensors: the record's rows; ranges: ORT ``TensorsData`` calibrated;
         symmetric: activations quantized symmetrically; channels: graph outputs' channel ranges;
-        pinned: graph outputs kept at their own range; levels_floor: see :func:`effective_levels`.
+        pinned: graph outputs kept at their own range; levels_floor: see :func:`effective_levels`;
+        qmodel: the quantized model (outputs that share another tensor's parameters).
     """
     pairs = {k: (float(np.min(ranges[k].range_value[0])), float(np.max(ranges[k].range_value[1]))) for k in ranges.data}
-    found: dict[str, Any] = {"outputs": output_summary(model, tensors, pairs)}
+    found: dict[str, Any] = {"outputs": output_summary(model, tensors, pairs, qmodel)}
     if pinned:
         found["outputs_pinned"] = list(pinned)
     changes = range_changes(model, tensors, pairs, symmetric)
