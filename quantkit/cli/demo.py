@@ -28,6 +28,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--json", action="store_true", help="print the result as JSON")
     s.set_defaults(func=_make_set)
 
+    f = sub.add_parser("make-fleet", help="render the demo fleet (params fleet.demo) and its planted truth",
+                       description="Render cameras on several sites over days, with planted events (refocus, night-shift lighting, "
+                                   "exposure drift, camera swap) whose truth is written to fleet.demo.truth; deterministic.")
+    f.add_argument("--params", default="params.yaml", help="params file with a `fleet.demo` section (default: params.yaml)")
+    f.add_argument("--json", action="store_true", help="print the result as JSON")
+    f.set_defaults(func=_make_fleet)
+
     c = sub.add_parser("check", help="recall/precision of the FP32 detector against a labelled set's text boxes",
                        description="Run the DB text detector on a set with labels.text_boxes (a demo set) and match its "
                                    "boxes to the ground truth (polygon IoU >= --iou), to confirm the text is detectable.")
@@ -64,6 +71,18 @@ def _make_set(args: argparse.Namespace) -> int:
         print(json.dumps(res.to_dict(), sort_keys=True))
     else:
         print(f"{args.name} (set {res.name!r}): {res.count} images, {res.text_boxes} text boxes -> {res.out}  (set_id {res.set_id[:12]})")
+    return 0
+
+
+def _make_fleet(args: argparse.Namespace) -> int:
+    from ..config import config_from_params
+    from ..demo.fleet import FleetDemoConfig, render_fleet
+
+    res = render_fleet(config_from_params(FleetDemoConfig, args.params, "fleet.demo"))
+    if args.json:
+        print(json.dumps(res.to_dict(), sort_keys=True))
+    else:
+        print(f"demo fleet: {res.cameras} cameras, {res.images} images -> {res.out} (truth {res.truth})")
     return 0
 
 

@@ -1,0 +1,314 @@
+"""``quantkit fleet score``: a Dask graph over shards (camera x time window) of image paths.
+
+The driver plans shards from the manifest, skips those already done (their summary file exists under
+the same key: shard content + models + thresholds + edges + options), sends the rest to Dask as one
+task each (paths only, never pixels) and rolls the shard summaries up camera -> site -> fleet. Workers
+write rows and shard summaries themselves (the output folder must be on storage every worker sees),
+so the driver holds only the plan and one camera's summaries at a time.
+
+Where the tasks run:
+
+* ``workers=N`` (default: one per core): an embedded ``distributed.LocalCluster`` of N single-threaded
+  worker processes; ONNX Runtime gets ``cores // N`` intra-op threads in each;
+* ``scheduler="tcp://HOST:PORT"``: an existing Dask cluster (``dask scheduler`` / ``dask worker``);
+* ``workers=0``: no cluster; the same task function runs synchronously in this process.
+
+Dask retries a task whose worker died (``distributed.scheduler.allowed-failures``, default 3); the driver
+notices workers that left and reports them. A failed image is a row with an ``error``. Results do not
+depend on the worker count: rows are sorted within each shard and every merge runs in key order.
+
+Output folder (``out``): ``rows/`` (Parquet dataset, Hive-partitioned by camera and date),
+``shards/<key>.json`` (one summary per shard), ``edges.json`` (the frozen bin edges),
+``summary.json`` (plan, rollups, error examples; deterministic) and ``run.json`` (workers, timings,
+throughput; differs between runs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from .. import __version__
+from .._io import atomic_write_json, fingerprint, read_json, sha256_file
+from ..errors import ConfigError, InputFileError
+from .config import FleetScoreConfig
+from .scorer import Scorer, ScoringSpec, Shard, run_shard, shard_summary_path
+from .summaries import Edges, Summary, merge_all
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoreResult:
+    """What a scoring run did: shards planned / run / skipped (already done), images in the manifest,
+    scored (FP32 + INT8) and failed, seconds, workers (-1 = an attached cluster), ``workers_lost`` (addresses
+    of workers that left during the run) and ``images_run`` (images of the shards run this time)."""
+
+    out: str
+    shards: int
+    shards_run: int
+    shards_skipped: int
+    images: int
+    scored: int
+    errors: int
+    seconds: float
+    workers: int
+    workers_lost: tuple[str, ...] = ()
+    images_run: int = 0
+
+    @property
+    def images_per_s(self) -> float:
+        """Images of the shards run this time per second of the run (0 when nothing ran)."""
+        return self.images_run / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "workers_lost": list(self.workers_lost), "images_per_s": round(self.images_per_s, 3)}
+
+    def __repr__(self) -> str:
+        return (f"ScoreResult({self.images} images in {self.shards} shards ({self.shards_skipped} already done), "
+                f"{self.errors} errors, {self.images_per_s:.1f} img/s)")
+
+
+def _spec(manifest: Any, fp32_dir: Path, quantized: Path, thresholds: Path, calibration_set: Path,
+          config: FleetScoreConfig, out: Path, ort_threads: int, match_iou: float) -> tuple[ScoringSpec, Edges, dict[str, Any]]:
+    from ..calibset import CalibrationSet
+    from ..note import ExportNote
+    from . import decisions
+
+    fmodel, qmodel = fp32_dir / "model.onnx", quantized / "model_int8.onnx"
+    for p, how in ((fmodel, "run 'quantkit intake'"), (qmodel, "run 'quantkit quantize'")):
+        if not p.is_file():
+            raise InputFileError(f"{p}: model not found; {how} first")
+    ts_fp = decisions.check_deployed(thresholds, quantized, qmodel)
+    note = ExportNote.load(fp32_dir / "export_note.json")
+    cset = CalibrationSet.load(calibration_set)
+    edges = Edges.from_calibration(cset.stats(), config.bins, {"name": cset.name, "set_id": cset.set_id, "path": str(calibration_set)})
+    models = {"fp32_digest": sha256_file(fmodel), "int8_digest": sha256_file(qmodel), "thresholds_fingerprint": ts_fp,
+              "calibration_set": cset.name, "calibration_set_id": cset.set_id}
+    fp = fingerprint({"models": models, "preprocessing": note.preprocessing.to_dict(), "match_iou": match_iou,
+                      "config": config.result_dict(), "edges": edges.fingerprint(), "quantkit": __version__})
+    spec = ScoringSpec(str(fmodel.resolve()), str(qmodel.resolve()), str(thresholds.resolve()), str(quantized.resolve()),
+                       note.preprocessing.to_dict(), match_iou, config.to_dict(), edges.to_dict(), ort_threads, str(out.resolve()), fp)
+    return spec, edges, models
+
+
+def plan_shards(manifest: Any, spec_fingerprint: str, window_hours: int) -> list[Shard]:
+    """Shards of a manifest: one per camera and window, keyed by content + ``spec_fingerprint``, sorted by key order of (camera, window)."""
+    import pandas as pd
+
+    f = manifest.frame
+    start = f["captured_at"].dt.floor(f"{window_hours}h")
+    shards = []
+    for (camera, window), g in f.groupby([f["camera"], start], sort=True):
+        w = pd.Timestamp(window).isoformat()
+        images = tuple((u, manifest.resolve(u), t.isoformat(), "" if pd.isna(li) else str(li))
+                       for u, t, li in zip(g["uri"], g["captured_at"], g["lighting"]))
+        content = [[u, "" if pd.isna(s) else str(s), "" if pd.isna(b) else int(b), t] for u, s, b, t in
+                   zip(g["uri"], g["sha256"], g["bytes"], (t.isoformat() for t in g["captured_at"]))]
+        key = fingerprint({"camera": camera, "window": w, "images": content, "spec": spec_fingerprint})
+        shards.append(Shard(key, str(camera), str(g["site"].iloc[0]), str(g["line"].iloc[0]), w, images))
+    return shards
+
+
+def _done(out: Path, shard: Shard) -> bool:
+    p = shard_summary_path(out, shard.key)
+    if not p.is_file():
+        return False
+    try:
+        return read_json(p, "shard summary").get("key") == shard.key
+    except InputFileError:
+        return False
+
+
+class _Log:
+    """Progress: a bar on a terminal, else a log line every ``every`` seconds."""
+
+    def __init__(self, total: int, every: float) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, desc="fleet score", unit="shard", disable=None, leave=False)
+        self.total, self.every, self.done, self.images = total, every, 0, 0
+        self.t0 = self.last = time.monotonic()
+
+    def step(self, images: int) -> None:
+        self.done += 1
+        self.images += images
+        self.bar.update(1)
+        now = time.monotonic()
+        if self.bar.disable and now - self.last >= self.every:
+            self.last = now
+            log.warning("fleet score: %d/%d shards, %d images, %.1f images/s", self.done, self.total, self.images,
+                        self.images / max(now - self.t0, 1e-9))
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _run_local(todo: list[Shard], spec: ScoringSpec, progress: _Log) -> Iterator[dict[str, Any]]:
+    scorer = Scorer(spec)
+    try:
+        for shard in todo:
+            doc = run_shard(shard, spec, scorer)
+            progress.step(len(shard.images))
+            yield doc
+    finally:
+        scorer.close()
+
+
+def _run_dask(todo: list[Shard], spec: ScoringSpec, client: Any, progress: _Log, lost: set[str]) -> Iterator[dict[str, Any]]:
+    from distributed import as_completed
+
+    from .plugin import ScorerPlugin
+
+    client.register_plugin(ScorerPlugin(spec), name=spec.plugin_name)
+    seen = set(client.scheduler_info()["workers"])
+    futures = [client.submit(run_shard, shard, spec, key=f"fleet-shard-{shard.key[:24]}", pure=False) for shard in todo]
+    size = {f.key: len(s.images) for f, s in zip(futures, todo)}
+    try:
+        for fut in as_completed(futures):
+            doc = fut.result()
+            now = set(client.scheduler_info()["workers"])
+            for gone in sorted(seen - now):
+                if gone not in lost:
+                    log.warning("fleet score: worker %s left during the run; Dask retries its shards elsewhere", gone)
+                lost.add(gone)
+            seen |= now
+            progress.step(size[fut.key])
+            fut.release()
+            yield doc
+    finally:
+        client.unregister_worker_plugin(spec.plugin_name)
+
+
+def _client(workers: int, scheduler: str | None) -> tuple[Any, Any]:
+    from distributed import Client, LocalCluster
+
+    if scheduler:
+        try:
+            return Client(scheduler, timeout="20s"), None
+        except (OSError, TimeoutError) as e:
+            raise InputFileError(f"--scheduler {scheduler}: no Dask scheduler answers ({e}); start one with 'dask scheduler'") from None
+    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                           silence_logs=logging.ERROR)
+    return Client(cluster), cluster
+
+
+def score_fleet(manifest_path: str | os.PathLike[str], fp32_dir: str | os.PathLike[str], quantized: str | os.PathLike[str],
+                thresholds: str | os.PathLike[str], calibration_set: str | os.PathLike[str], out: str | os.PathLike[str],
+                config: FleetScoreConfig | None = None, *, scheduler: str | None = None, match_iou: float = 0.5) -> ScoreResult:
+    """Score every image of a fleet manifest with the deployed FP32 + INT8 models, resumably.
+
+    Args:
+        manifest_path: fleet manifest (``quantkit fleet register``).
+        fp32_dir: intake folder (``model.onnx`` + ``export_note.json``).
+        quantized: deployed quantized folder (``model_int8.onnx`` + ``record.json``).
+        thresholds: the deployed threshold set bound to that record.
+        calibration_set: the deployed calibration set (its statistics freeze the histogram edges).
+        out: output folder (see the module docstring); shards already there under the same key are skipped.
+        config: ``fleet.score`` options; ``scheduler``: attach to this Dask scheduler instead.
+        match_iou: IoU at which INT8 decisions match FP32's (``thresholds.operating_point.match_iou``).
+
+    Raises:
+        InputFileError / ModelError / CalibrationSetError / ConfigError: bad inputs (one line each).
+        BindingMismatchError: the threshold set belongs to another calibration or model.
+    """
+    from .manifest import load_manifest
+
+    cfg = config or FleetScoreConfig()
+    out_p = Path(out)
+    if out_p.is_file():
+        raise InputFileError(f"{out_p}: is a file; --out takes a folder for the fleet scores")
+    manifest = load_manifest(manifest_path)
+    workers = (os.cpu_count() or 1) if cfg.workers is None else cfg.workers
+    if scheduler and cfg.workers == 0:
+        raise ConfigError("--scheduler and --workers 0 exclude each other; drop one")
+    threads = cfg.ort_threads or (1 if scheduler else max(1, (os.cpu_count() or 1) // max(workers, 1)))
+    spec, edges, models = _spec(manifest, Path(fp32_dir), Path(quantized), Path(thresholds), Path(calibration_set), cfg, out_p,
+                                threads, match_iou)
+    shards = plan_shards(manifest, spec.fingerprint, cfg.window_hours)
+    todo = [s for s in shards if not _done(out_p, s)]
+    log.info("fleet score: %d shards, %d to run, %d already done", len(shards), len(todo), len(shards) - len(todo))
+    atomic_write_json(out_p / "edges.json", edges.to_dict())
+    t0 = time.perf_counter()
+    timing: dict[str, float] = {}
+    lost: set[str] = set()
+    progress = _Log(len(todo), cfg.log_every_s)
+    client = cluster = None
+    try:
+        if todo and (workers > 0 or scheduler):
+            client, cluster = _client(workers, scheduler)
+            docs = _run_dask(todo, spec, client, progress, lost)
+        else:
+            docs = _run_local(todo, spec, progress)
+        for doc in docs:
+            for k, v in doc["timing"].items():
+                timing[k] = timing.get(k, 0.0) + v
+    finally:
+        progress.close()
+        if client is not None:
+            client.close()
+        if cluster is not None:
+            cluster.close()
+    seconds = time.perf_counter() - t0
+    summary = _write_summary(out_p, manifest, shards, edges, models, cfg, spec)
+    _prune(out_p, shards)
+    images_run = sum(len(s.images) for s in todo)
+    result = ScoreResult(str(out_p), len(shards), len(todo), len(shards) - len(todo), summary["images"], summary["scored"],
+                         summary["errors"]["count"], round(seconds, 3), workers if not scheduler else -1, tuple(sorted(lost)), images_run)
+    atomic_write_json(out_p / "run.json", {**result.to_dict(), "scheduler": scheduler or ("local" if workers else "synchronous"),
+                                           "ort_threads": threads, "timing_s": {k: round(v, 3) for k, v in sorted(timing.items())}})
+    return result
+
+
+def _write_summary(out: Path, manifest: Any, shards: list[Shard], edges: Edges, models: dict[str, Any],
+                   cfg: FleetScoreConfig, spec: ScoringSpec) -> dict[str, Any]:
+    """Roll shard summaries up (read back from disk in key order, one camera at a time) into ``summary.json``."""
+    entries, errors, n_err, primary = [], [], 0, "pixel_iou_vs_fp32"
+    cams: dict[str, Summary] = {}
+    site_of: dict[str, str] = {}
+    for camera in sorted({s.camera for s in shards}):
+        pairs = []
+        for s in sorted((s for s in shards if s.camera == camera), key=lambda s: s.key):
+            doc = read_json(shard_summary_path(out, s.key), "shard summary")
+            summ = Summary.from_dict(doc["summary"], edges)
+            primary = doc.get("primary", primary)
+            pairs.append((s.identity(), summ))
+            entries.append({**s.identity(), "images": summ.images, "scored": summ.scored, "errors": summ.errors})
+            n_err += summ.errors
+            errors.extend(doc.get("error_examples", []))
+        cams[camera] = merge_all(summ for _, summ in pairs)
+        site_of[camera] = pairs[0][0]["site"]
+    sites = {site: merge_all(cams[c] for c in sorted(cams) if site_of[c] == site) for site in sorted(set(site_of.values()))}
+    fleet = merge_all(sites[s] for s in sorted(sites))
+    doc = {"schema_version": SCHEMA_VERSION, "manifest": {"path": str(manifest.path), "root": str(manifest.root), "images": len(manifest)},
+           "models": models, "primary": primary, "config": cfg.result_dict(), "edges_fingerprint": edges.fingerprint(),
+           "spec_fingerprint": spec.fingerprint, "images": fleet.images, "scored": fleet.scored,
+           "errors": {"count": n_err, "examples": sorted(errors, key=lambda e: e["uri"])[:50]},
+           "shards": sorted(entries, key=lambda e: (e["camera"], e["window"])),
+           "cameras": {c: {"site": site_of[c], "summary": cams[c].to_dict()} for c in sorted(cams)},
+           "sites": {s: sites[s].to_dict() for s in sorted(sites)}, "fleet": fleet.to_dict()}
+    atomic_write_json(out / "summary.json", doc)
+    return {"images": fleet.images, "scored": fleet.scored, "errors": doc["errors"]}
+
+
+def _prune(out: Path, shards: list[Shard]) -> None:
+    """Remove shard files of earlier runs that this plan no longer has (another model, config or content)."""
+    from .scorer import rows_path
+
+    keep = {shard_summary_path(out, s.key).resolve() for s in shards} | {rows_path(out, s.camera, s.date, s.key).resolve() for s in shards}
+    for sub, pattern in (("shards", "*.json"), ("rows", "*.parquet")):
+        for p in sorted((out / sub).rglob(pattern)) if (out / sub).is_dir() else []:
+            if p.resolve() not in keep:
+                p.unlink()
+    rows = out / "rows"
+    if rows.is_dir():
+        for d in sorted(rows.rglob("*"), key=lambda p: -len(p.parts)):
+            if d.is_dir() and not any(d.iterdir()):
+                shutil.rmtree(d)
