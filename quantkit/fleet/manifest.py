@@ -150,12 +150,12 @@ def _normalize(frame: Any, where: str) -> Any:
             raise InputFileError(f"{where}: row {int(bad.idxmax())} has an empty {c!r}; fill it in")
         out[c] = out[c].astype(str)
     out["line"] = out["line"].fillna("").astype(str)
-    try:
-        out["captured_at"] = pd.to_datetime(out["captured_at"], utc=True, format="ISO8601").astype("datetime64[us, UTC]")
-    except (ValueError, TypeError) as e:
-        raise InputFileError(f"{where}: captured_at is not an ISO-8601 time everywhere ({e}); fix the column") from None
-    if out["captured_at"].isna().any():
-        raise InputFileError(f"{where}: row {int(out['captured_at'].isna().idxmax())} has no captured_at; fill it in")
+    raw = out["captured_at"]
+    when = pd.to_datetime(raw, utc=True, format="ISO8601", errors="coerce")
+    if when.isna().any():
+        i = int(when.isna().to_numpy().argmax())
+        raise InputFileError(f"{where}: row {i} captured_at {raw.iloc[i]!r} is not an ISO-8601 time (e.g. 2025-03-03T08:15:00+00:00); fix it")
+    out["captured_at"] = when.astype("datetime64[us, UTC]")
     out["lighting"] = out["lighting"].astype("string")
     out["bytes"] = pd.to_numeric(out["bytes"], errors="coerce").astype("Int64")
     out["sha256"] = out["sha256"].astype("string")

@@ -188,11 +188,12 @@ def _run_dask(todo: list[Shard], spec: ScoringSpec, client: Any, progress: _Log,
 
 
 def _client(workers: int, scheduler: str | None) -> tuple[Any, Any]:
+    import dask
     from distributed import Client, LocalCluster
 
     if scheduler:
-        try:
-            return Client(scheduler, timeout="20s"), None
+        try:  # Dask's own connect timeout (distributed.comm.timeouts.connect, default 30 s)
+            return Client(scheduler, timeout=dask.config.get("distributed.comm.timeouts.connect")), None
         except (OSError, TimeoutError) as e:
             raise InputFileError(f"--scheduler {scheduler}: no Dask scheduler answers ({e}); start one with 'dask scheduler'") from None
     cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,

@@ -228,7 +228,7 @@ class Scorer:
                 cols = self.score_image(path, run_models=i % self.config.model_every == 0, clip=clip_sampled(uri, self.config.clip_fraction))
             except Exception as e:  # noqa: BLE001 - one bad image must not stop a fleet run; it becomes an error row
                 msg = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
-                log.warning("%s: %s", path, msg)
+                log.warning("fleet score: %s", msg if path in msg else f"{path}: {msg}")
                 cols = {**{c: None for c in STAT_COLUMNS}, **{c: None for c, _ in decisions.COLUMNS}, "scored": False, "clip_rate": None}
                 base["error"] = msg
                 errors.append({"uri": uri, "error": msg})
