@@ -79,6 +79,11 @@ def test_effect_matrix_matches_quantkit_metrics(edges: Edges):
     ref = np.bincount(rng.integers(40, 90, 300), minlength=e.size - 1)
     samples = rng.multinomial(12, ref / ref.sum(), size=6)
     samples[0] = np.bincount(rng.integers(60, 120, 12), minlength=e.size - 1)
+    full = effects.effects(e, ref, samples[0], psi_bins=5, spread_floor=0.01)  # cut to the support inside; same as on all bins:
+    g = effects.psi_groups(ref, 5)
+    assert full["ks"] == metrics.ks_from_counts(ref, samples[0])
+    assert full["psi"] == pytest.approx(metrics.psi_from_counts(effects.grouped(ref, g, 5), effects.grouped(samples[0], g, 5)), rel=1e-12)
+    assert full["wasserstein"] == pytest.approx(metrics.wasserstein_from_counts(e, ref, samples[0]) / effects.reference_spread(e, ref, 0.01), rel=1e-9)
     mat = effects.effect_matrix(e, ref, samples, psi_bins=5, spread_floor=0.01)
     for i, row in enumerate(samples):
         one = effects.effects(e, ref, row, psi_bins=5, spread_floor=0.01)

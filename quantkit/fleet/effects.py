@@ -66,8 +66,22 @@ def reference_spread(edges: np.ndarray, counts: np.ndarray, floor: float) -> flo
     return max(float(q3 - q1) / metrics.IQR_TO_SIGMA, floor * abs(float(med)), 0.5 * width, 1e-12)
 
 
+def _support(edges: np.ndarray, *counts: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Edges and counts cut to the bins where any of ``counts`` has mass (empty bins at either end change none
+    of the effects: CDFs are flat there and PSI groups them with their neighbours)."""
+    mass = np.zeros(np.asarray(edges).size - 1, bool)
+    for c in counts:
+        mass |= np.atleast_2d(np.asarray(c) > 0).any(axis=0)
+    nz = np.flatnonzero(mass)
+    if nz.size == 0:
+        return np.asarray(edges, np.float64), [np.asarray(c, np.float64) for c in counts]
+    lo, hi = int(nz[0]), int(nz[-1]) + 1
+    return np.asarray(edges, np.float64)[lo:hi + 1], [np.asarray(c, np.float64)[..., lo:hi] for c in counts]
+
+
 def effects(edges: np.ndarray, reference: np.ndarray, current: np.ndarray, *, psi_bins: int, spread_floor: float) -> dict[str, float]:
     """``{psi, wasserstein, ks}`` of ``current`` against ``reference`` (counts on ``edges``); see the module docstring."""
+    edges, (reference, current) = _support(edges, reference, current)
     g = psi_groups(reference, psi_bins)
     spread = reference_spread(edges, reference, spread_floor)
     centre_edges = np.asarray(edges, np.float64)
@@ -84,9 +98,7 @@ def effect_matrix(edges: np.ndarray, reference: np.ndarray, samples: np.ndarray,
     W1 between histograms on shared bin centres is ``sum_i |F_a(i) - F_b(i)| (c_{i+1} - c_i)``, which is
     what :func:`scipy.stats.wasserstein_distance` computes for weighted samples on the same support.
     """
-    e = np.asarray(edges, np.float64)
-    ref = np.asarray(reference, np.float64)
-    s = np.atleast_2d(np.asarray(samples, np.float64))
+    e, (ref, s) = _support(edges, reference, np.atleast_2d(samples))
     g = psi_groups(ref, psi_bins)
     rg = grouped(ref, g, psi_bins)
     sg = grouped(s, g, psi_bins)
@@ -143,8 +155,8 @@ def camera_thresholds(axes: Mapping[str, np.ndarray], windows: Mapping[str, Sequ
         for w in windows[name]:
             rest = ref - w
             if np.sum(w) > 0 and rest.sum() > 0:
-                for m, v in effects(axes[name], rest, np.asarray(w, np.float64), psi_bins=psi_bins, spread_floor=spread_floor).items():
-                    loo[m] = max(loo[m], v)
+                for m, v in effect_matrix(axes[name], rest, w, psi_bins=psi_bins, spread_floor=spread_floor).items():
+                    loo[m] = max(loo[m], float(v[0]))
     return {m: max(margin * max(float(np.quantile(boot[m], quantile)), loo[m]), floors.get(m, 0.0)) for m in METRICS}
 
 

@@ -196,6 +196,7 @@ def _client(workers: int, scheduler: str | None) -> tuple[Any, Any]:
             return Client(scheduler, timeout=dask.config.get("distributed.comm.timeouts.connect")), None
         except (OSError, TimeoutError) as e:
             raise InputFileError(f"--scheduler {scheduler}: no Dask scheduler answers ({e}); start one with 'dask scheduler'") from None
+    logging.getLogger("distributed").setLevel(logging.WARNING)  # its INFO lines (scheduler, nanny) are not ours to show
     cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
                            silence_logs=logging.ERROR)
     return Client(cluster), cluster
