@@ -178,6 +178,8 @@ def load_manifest(path: str | os.PathLike[str]) -> FleetManifest:
         frame = pd.read_csv(p, dtype=str, keep_default_na=False, na_values=[""]) if p.suffix.lower() == ".csv" else pd.read_parquet(p)
     except Exception as e:  # noqa: BLE001 - pyarrow/pandas raise many types for a bad file
         raise InputFileError(f"{p}: not a readable {'CSV' if p.suffix.lower() == '.csv' else 'Parquet'} manifest ({str(e).splitlines()[0]}); regenerate it") from None
+    if len(frame) == 0:
+        raise InputFileError(f"{p}: the manifest lists no images; register a folder with 'quantkit fleet register IMAGES --out {p}'")
     return FleetManifest(p, p.resolve().parent, _normalize(frame, str(p)))
 
 

@@ -96,7 +96,8 @@ def _grid(check: FleetCheck) -> dict[str, Any]:
                                                  + (f"; moved: {', '.join(m.name for m in w.moved[:4])}" if w.moved else ""))
             cells.append({"status": status, "tip": tip})
         rows.append({"camera": c.camera, "site": c.site, "status": c.status, "cells": cells})
-    return {"windows": [w[5:10] for w in windows], "rows": rows}
+    daily = all(w[11:19] == "00:00:00" for w in windows)
+    return {"windows": [w[5:10] if daily else w[5:13].replace("T", " ") for w in windows], "rows": rows}
 
 
 def render_report(check: FleetCheck, store: ScoreStore, config: FleetReportConfig | None = None) -> str:

@@ -25,6 +25,7 @@ throughput; differs between runs).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -99,25 +100,64 @@ def _spec(manifest: Any, fp32_dir: Path, quantized: Path, thresholds: Path, cali
     return spec, edges, models
 
 
-def plan_shards(manifest: Any, spec_fingerprint: str, window_hours: int) -> list[Shard]:
-    """Shards of a manifest: one per camera and window, keyed by content + ``spec_fingerprint``, sorted by key order of (camera, window)."""
+@dataclasses.dataclass(frozen=True)
+class ShardPlan:
+    """A shard without its paths: rows ``start:stop`` of the sorted manifest frame (one camera, one window)."""
+
+    key: str
+    camera: str
+    site: str
+    line: str
+    window: str
+    start: int
+    stop: int
+
+    @property
+    def images(self) -> int:
+        return self.stop - self.start
+
+    def identity(self) -> dict[str, Any]:
+        return {"key": self.key, "camera": self.camera, "site": self.site, "line": self.line, "window": self.window}
+
+
+def plan_shards(manifest: Any, spec_fingerprint: str, window_hours: int) -> list[ShardPlan]:
+    """One plan per camera and window, keyed by the shard's content (URI, SHA-256, size, time of each image)
+    and ``spec_fingerprint``, in manifest order (camera, then time). Paths are not kept: see :func:`shard_of`."""
+    import numpy as np
     import pandas as pd
 
     f = manifest.frame
-    start = f["captured_at"].dt.floor(f"{window_hours}h")
-    shards = []
-    for (camera, window), g in f.groupby([f["camera"], start], sort=True):
-        w = pd.Timestamp(window).isoformat()
-        images = tuple((u, manifest.resolve(u), t.isoformat(), "" if pd.isna(li) else str(li))
-                       for u, t, li in zip(g["uri"], g["captured_at"], g["lighting"]))
-        content = [[u, "" if pd.isna(s) else str(s), "" if pd.isna(b) else int(b), t] for u, s, b, t in
-                   zip(g["uri"], g["sha256"], g["bytes"], (t.isoformat() for t in g["captured_at"]))]
-        key = fingerprint({"camera": camera, "window": w, "images": content, "spec": spec_fingerprint})
-        shards.append(Shard(key, str(camera), str(g["site"].iloc[0]), str(g["line"].iloc[0]), w, images))
-    return shards
+    win = f["captured_at"].dt.floor(f"{window_hours}h")
+    cam = f["camera"].to_numpy(dtype=object)
+    w = win.dt.tz_localize(None).to_numpy()
+    cut = np.flatnonzero((cam[1:] != cam[:-1]) | (w[1:] != w[:-1])) + 1
+    bounds = [0, *cut.tolist(), len(f)]
+    uri = f["uri"].tolist()
+    sha = ["" if pd.isna(x) else str(x) for x in f["sha256"]]
+    size = ["" if pd.isna(x) else int(x) for x in f["bytes"]]
+    times = [t.isoformat() for t in f["captured_at"]]
+    plans = []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        if a == b:
+            continue
+        window = win.iloc[a].isoformat()
+        content = [[uri[i], sha[i], size[i], times[i]] for i in range(a, b)]
+        key = fingerprint({"camera": str(cam[a]), "window": window, "images": content, "spec": spec_fingerprint})
+        plans.append(ShardPlan(key, str(cam[a]), str(f["site"].iat[a]), str(f["line"].iat[a]), window, a, b))
+    return plans
 
 
-def _done(out: Path, shard: Shard) -> bool:
+def shard_of(manifest: Any, plan: ShardPlan) -> Shard:
+    """The :class:`Shard` (identity and paths) of a plan."""
+    import pandas as pd
+
+    g = manifest.frame.iloc[plan.start:plan.stop]
+    images = tuple((u, manifest.resolve(u), t.isoformat(), "" if pd.isna(li) else str(li))
+                   for u, t, li in zip(g["uri"], g["captured_at"], g["lighting"]))
+    return Shard(plan.key, plan.camera, plan.site, plan.line, plan.window, images)
+
+
+def _done(out: Path, shard: ShardPlan) -> bool:
     p = shard_summary_path(out, shard.key)
     if not p.is_file():
         return False
@@ -151,40 +191,54 @@ class _Log:
         self.bar.close()
 
 
-def _run_local(todo: list[Shard], spec: ScoringSpec, progress: _Log) -> Iterator[dict[str, Any]]:
+def _run_local(todo: list[ShardPlan], manifest: Any, spec: ScoringSpec, progress: _Log) -> Iterator[dict[str, Any]]:
     scorer = Scorer(spec)
     try:
-        for shard in todo:
-            doc = run_shard(shard, spec, scorer)
-            progress.step(len(shard.images))
+        for plan in todo:
+            doc = run_shard(shard_of(manifest, plan), spec.plugin_name, scorer)
+            progress.step(plan.images)
             yield doc
     finally:
         scorer.close()
 
 
-def _run_dask(todo: list[Shard], spec: ScoringSpec, client: Any, progress: _Log, lost: set[str]) -> Iterator[dict[str, Any]]:
+def _run_dask(todo: list[ShardPlan], manifest: Any, spec: ScoringSpec, client: Any, progress: _Log, lost: set[str]) -> Iterator[dict[str, Any]]:
+    """Submit shards as tasks, at most twice the cluster's threads (and at least 4) in flight, so neither
+    the driver nor the scheduler holds the whole plan's paths; yields each shard's document."""
     from distributed import as_completed
 
     from .plugin import ScorerPlugin
 
     client.register_plugin(ScorerPlugin(spec), name=spec.plugin_name)
-    seen = set(client.scheduler_info()["workers"])
-    futures = [client.submit(run_shard, shard, spec, key=f"fleet-shard-{shard.key[:24]}", pure=False) for shard in todo]
-    size = {f.key: len(s.images) for f, s in zip(futures, todo)}
+    info = client.scheduler_info()["workers"]
+    seen = set(info)
+    slots = max(4, 2 * sum(int(w.get("nthreads", 1)) for w in info.values()))
+    pending = iter(todo)
+    size: dict[str, int] = {}
+
+    def submit(plan: ShardPlan) -> Any:
+        fut = client.submit(run_shard, shard_of(manifest, plan), spec.plugin_name, key=f"fleet-shard-{plan.key[:24]}", pure=False)
+        size[fut.key] = plan.images
+        return fut
+
+    queue = as_completed([submit(p) for _, p in zip(range(slots), pending)])
     try:
-        for fut in as_completed(futures):
+        for fut in queue:
             doc = fut.result()
             now = set(client.scheduler_info()["workers"])
-            for gone in sorted(seen - now):
-                if gone not in lost:
-                    log.warning("fleet score: worker %s left during the run; Dask retries its shards elsewhere", gone)
+            for gone in sorted(seen - now - lost):
+                log.warning("fleet score: worker %s left during the run; Dask retries its shards elsewhere", gone)
                 lost.add(gone)
             seen |= now
-            progress.step(size[fut.key])
+            progress.step(size.pop(fut.key))
             fut.release()
+            nxt = next(pending, None)
+            if nxt is not None:
+                queue.add(submit(nxt))
             yield doc
     finally:
-        client.unregister_worker_plugin(spec.plugin_name)
+        with contextlib.suppress(Exception):  # the cluster may be gone already (that error is the one to show)
+            client.unregister_worker_plugin(spec.plugin_name)
 
 
 def _client(workers: int, scheduler: str | None) -> tuple[Any, Any]:
@@ -246,9 +300,9 @@ def score_fleet(manifest_path: str | os.PathLike[str], fp32_dir: str | os.PathLi
     try:
         if todo and (workers > 0 or scheduler):
             client, cluster = _client(workers, scheduler)
-            docs = _run_dask(todo, spec, client, progress, lost)
+            docs = _run_dask(todo, manifest, spec, client, progress, lost)
         else:
-            docs = _run_local(todo, spec, progress)
+            docs = _run_local(todo, manifest, spec, progress)
         for doc in docs:
             for k, v in doc["timing"].items():
                 timing[k] = timing.get(k, 0.0) + v
@@ -261,7 +315,7 @@ def score_fleet(manifest_path: str | os.PathLike[str], fp32_dir: str | os.PathLi
     seconds = time.perf_counter() - t0
     summary = _write_summary(out_p, manifest, shards, edges, models, cfg, spec)
     _prune(out_p, shards)
-    images_run = sum(len(s.images) for s in todo)
+    images_run = sum(p.images for p in todo)
     result = ScoreResult(str(out_p), len(shards), len(todo), len(shards) - len(todo), summary["images"], summary["scored"],
                          summary["errors"]["count"], round(seconds, 3), workers if not scheduler else -1, tuple(sorted(lost)), images_run)
     atomic_write_json(out_p / "run.json", {**result.to_dict(), "scheduler": scheduler or ("local" if workers else "synchronous"),
@@ -269,7 +323,7 @@ def score_fleet(manifest_path: str | os.PathLike[str], fp32_dir: str | os.PathLi
     return result
 
 
-def _write_summary(out: Path, manifest: Any, shards: list[Shard], edges: Edges, models: dict[str, Any],
+def _write_summary(out: Path, manifest: Any, shards: list[ShardPlan], edges: Edges, models: dict[str, Any],
                    cfg: FleetScoreConfig, spec: ScoringSpec) -> dict[str, Any]:
     """Roll shard summaries up (read back from disk in key order, one camera at a time) into ``summary.json``."""
     entries, errors, n_err, primary = [], [], 0, "pixel_iou_vs_fp32"
@@ -300,11 +354,11 @@ def _write_summary(out: Path, manifest: Any, shards: list[Shard], edges: Edges, 
     return {"images": fleet.images, "scored": fleet.scored, "errors": doc["errors"]}
 
 
-def _prune(out: Path, shards: list[Shard]) -> None:
+def _prune(out: Path, shards: list[ShardPlan]) -> None:
     """Remove shard files of earlier runs that this plan no longer has (another model, config or content)."""
     from .scorer import rows_path
 
-    keep = {shard_summary_path(out, s.key).resolve() for s in shards} | {rows_path(out, s.camera, s.date, s.key).resolve() for s in shards}
+    keep = {shard_summary_path(out, s.key).resolve() for s in shards} | {rows_path(out, s.camera, s.window[:10], s.key).resolve() for s in shards}
     for sub, pattern in (("shards", "*.json"), ("rows", "*.parquet")):
         for p in sorted((out / sub).rglob(pattern)) if (out / sub).is_dir() else []:
             if p.resolve() not in keep:

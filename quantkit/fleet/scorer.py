@@ -260,8 +260,9 @@ def _frame(rows: list[dict[str, Any]]) -> Any:
     return frame
 
 
-def run_shard(shard: Shard, spec: ScoringSpec, scorer: Scorer | None = None) -> dict[str, Any]:
-    """The Dask task: score ``shard`` with this worker's :class:`Scorer` (or ``scorer`` when given).
+def run_shard(shard: Shard, plugin_name: str, scorer: Scorer | None = None) -> dict[str, Any]:
+    """The Dask task: score ``shard`` with this worker's :class:`Scorer` (its plugin ``plugin_name``), or
+    with ``scorer`` when given (``--workers 0``).
 
     Returns the shard's summary document plus ``timing`` (seconds per stage, this shard) and the
     ``worker`` that ran it (not part of any result).
@@ -271,7 +272,7 @@ def run_shard(shard: Shard, spec: ScoringSpec, scorer: Scorer | None = None) -> 
         from distributed import get_worker
 
         worker = get_worker()
-        scorer = worker.plugins[spec.plugin_name].scorer  # type: ignore[attr-defined]
+        scorer = worker.plugins[plugin_name].scorer  # type: ignore[attr-defined]
         where = worker.address
     before = dict(scorer.timing)
     doc = scorer.score_shard(shard)
