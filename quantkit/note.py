@@ -17,6 +17,7 @@ For PP-OCR's detector this is ``scale=1/255, mean=0.5, std=0.5`` in RGB NCHW (Pa
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from pathlib import Path
 from typing import Any, Literal
@@ -52,6 +53,14 @@ class Transform:
         out[..., 0] /= self.scale_x
         out[..., 1] /= self.scale_y
         return out
+
+
+@functools.lru_cache(maxsize=16)
+def _normalize_table(scale: float, mean: tuple[float, ...], std: tuple[float, ...]) -> np.ndarray:
+    """``(3, 256) float32``: ``(float32(v) * scale - mean[c]) / std[c]`` for every uint8 ``v``, computed with
+    exactly the float32 operations :meth:`Preprocessing.apply` applies per pixel (so the results are identical)."""
+    v = np.arange(256, dtype=np.uint8).astype(np.float32)[:, None] * np.float32(scale)
+    return np.ascontiguousarray(((v - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)).T, dtype=np.float32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +116,13 @@ class Preprocessing(Config):
         img, tf = self.resize(image)
         if self.color_order == "BGR":
             img = img[..., ::-1]
+        if img.dtype == np.uint8:  # one table look-up per value: the same float32 arithmetic, about 5x faster
+            lut = _normalize_table(float(self.scale), tuple(self.mean), tuple(self.std))
+            h, w = img.shape[:2]
+            out = np.empty((1, 3, h, w) if self.layout == "NCHW" else (1, h, w, 3), np.float32)
+            for c in range(3):
+                np.take(lut[c], img[..., c], out=out[0, c] if self.layout == "NCHW" else out[0, ..., c])
+            return out, tf
         x: np.ndarray = img.astype(np.float32) * np.float32(self.scale)
         x = (x - np.asarray(self.mean, np.float32)) / np.asarray(self.std, np.float32)
         if self.layout == "NCHW":

@@ -87,3 +87,21 @@ def test_detector_declared_note_ok_and_mistakes_flagged(det_small):
     # so a BGR declaration cannot be told apart from outputs; the report says so instead of guessing.
     bgr = check_note(det_small, pre.replace(color_order="BGR"), probe)
     assert bgr.verdicts()["color_order"] == "indistinguishable" and not any(f.check == "color_order" for f in bgr.findings)
+
+
+def test_apply_table_path_is_bit_identical_to_the_float_formula():
+    """uint8 images take a 256-entry table; it must give exactly the per-pixel float32 arithmetic."""
+    import numpy as np
+
+    from quantkit.note import Preprocessing
+
+    rng = np.random.default_rng(0)
+    for kw in ({}, {"color_order": "BGR"}, {"layout": "NHWC"}, {"scale": 1.0, "mean": (123.675, 116.28, 103.53), "std": (58.395, 57.12, 57.375)}):
+        p = Preprocessing(**kw)
+        img = rng.integers(0, 256, (300, 200, 3), dtype=np.uint8)
+        got, _ = p.apply(img)
+        r, _ = p.resize(img)
+        r = r[..., ::-1] if p.color_order == "BGR" else r
+        x = (r.astype(np.float32) * np.float32(p.scale) - np.asarray(p.mean, np.float32)) / np.asarray(p.std, np.float32)
+        x = np.ascontiguousarray((x.transpose(2, 0, 1) if p.layout == "NCHW" else x)[None])
+        assert got.dtype == np.float32 and got.flags.c_contiguous and np.array_equal(got, x)
