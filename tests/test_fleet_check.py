@@ -93,7 +93,7 @@ def test_wrong_calibration_set_is_refused(scored, tmp_path):
 def test_report_is_self_contained_escaped_and_deterministic(scored, tmp_path):
     res = check_fleet(scored["scores"], scored["calibration_set"], CFG, truth=scored["truth"])
     a = write_fleet_report(res, tmp_path / "a.html")
-    b = write_fleet_report(res, tmp_path / "b.html")
+    write_fleet_report(res, tmp_path / "b.html")
     html = (tmp_path / "a.html").read_text()
     assert (tmp_path / "a.html").read_bytes() == (tmp_path / "b.html").read_bytes() and a.alerting == 1
     body = html.split("<body", 1)[1]

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import threading
-import time
 from pathlib import Path
 
 import pytest

@@ -145,7 +145,7 @@ def _since(windows: list[WindowCheck], persistence: int) -> int | None:
     return None
 
 
-def _reasons(cam: str, judged: list[WindowCheck], since: int, ref: Any, after: Any, primary: str, cfg: FleetCheckConfig,
+def _reasons(judged: list[WindowCheck], since: int, ref: Any, after: Any, primary: str, cfg: FleetCheckConfig,
              calibration_name: str, ref_span: str) -> tuple[list[str], str, float]:
     from ..drift import PLAIN_NAMES, StatisticChange
 
@@ -167,7 +167,8 @@ def _reasons(cam: str, judged: list[WindowCheck], since: int, ref: Any, after: A
             phrases.append(StatisticChange(n, r, a, 0.0, best[n].metrics_moved, True).phrase)
     reasons = []
     if phrases:
-        reasons.append(f"{'; '.join(phrases)} vs its reference ({ref_span})" + (f"; {len(order) - 4} more statistics moved" if len(order) > 4 else ""))
+        more = len(order) - 4
+        reasons.append(f"{'; '.join(phrases)} vs its reference ({ref_span})" + (f"; {more} more statistic{'s' if more > 1 else ''} moved" if more > 0 else ""))
     ra, aa = window_agreement(ref, primary), window_agreement(after, primary)
     label = PRIMARY_LABELS.get(primary, primary)
     agreement_fell = ra["agreement"] is not None and aa["agreement"] is not None and ra["agreement"] - aa["agreement"] > cfg.agreement_drop
@@ -217,7 +218,7 @@ def check_camera(store: ScoreStore, camera: str, calibration: dict[str, np.ndarr
     if since is None:
         return CameraCheck(camera, ident["site"], ident["line"], "ok", None, False, "", 0.0, (), summary_ref, {}, tuple(ref_checks + later))
     after = pooled([s for _, s in windows[start + since:]])
-    reasons, action, severity = _reasons(camera, later, since, ref, after, primary, cfg, calibration_name, ref_span)
+    reasons, action, severity = _reasons(later, since, ref, after, primary, cfg, calibration_name, ref_span)
     summary_after = {"windows": len(windows) - start - since, **window_agreement(after, primary), "clip_rate": clip_rate(after), "images": after.images}
     judged_last = [w for w in later if w.status in ("ok", "alert")]
     return CameraCheck(camera, ident["site"], ident["line"], "alert", later[since].window, bool(judged_last and judged_last[-1].status == "alert"),

@@ -154,7 +154,8 @@ def _normalize(frame: Any, where: str) -> Any:
     when = pd.to_datetime(raw, utc=True, format="ISO8601", errors="coerce")
     if when.isna().any():
         i = int(when.isna().to_numpy().argmax())
-        raise InputFileError(f"{where}: row {i} captured_at {raw.iloc[i]!r} is not an ISO-8601 time (e.g. 2025-03-03T08:15:00+00:00); fix it")
+        raise InputFileError(f"{where}: row {i} captured_at {raw.iloc[i]!r} is not an ISO-8601 time "
+                             "(e.g. 2025-03-03T08:15:00+00:00); fix it")
     out["captured_at"] = when.astype("datetime64[us, UTC]")
     out["lighting"] = out["lighting"].astype("string")
     out["bytes"] = pd.to_numeric(out["bytes"], errors="coerce").astype("Int64")
@@ -174,10 +175,12 @@ def load_manifest(path: str | os.PathLike[str]) -> FleetManifest:
     p = Path(path)
     if not p.is_file():
         raise InputFileError(f"{p}: fleet manifest not found; build one with 'quantkit fleet register IMAGES --out {p}'")
+    csv = p.suffix.lower() == ".csv"
     try:
-        frame = pd.read_csv(p, dtype=str, keep_default_na=False, na_values=[""]) if p.suffix.lower() == ".csv" else pd.read_parquet(p)
+        frame = pd.read_csv(p, dtype=str, keep_default_na=False, na_values=[""]) if csv else pd.read_parquet(p)
     except Exception as e:  # noqa: BLE001 - pyarrow/pandas raise many types for a bad file
-        raise InputFileError(f"{p}: not a readable {'CSV' if p.suffix.lower() == '.csv' else 'Parquet'} manifest ({str(e).splitlines()[0]}); regenerate it") from None
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise InputFileError(f"{p}: not a readable {'CSV' if csv else 'Parquet'} manifest ({first}); regenerate it") from None
     if len(frame) == 0:
         raise InputFileError(f"{p}: the manifest lists no images; register a folder with 'quantkit fleet register IMAGES --out {p}'")
     return FleetManifest(p, p.resolve().parent, _normalize(frame, str(p)))
