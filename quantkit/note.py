@@ -114,15 +114,21 @@ class Preprocessing(Config):
             ``(1, 3, H, W)`` (NCHW) or ``(1, H, W, 3)`` (NHWC) ``float32`` array, and the :class:`Transform`.
         """
         img, tf = self.resize(image)
+        if img.dtype == np.uint8:  # one table look-up per value (OpenCV LUT): the same float32 arithmetic, about 10x faster
+            import cv2
+
+            lut = _normalize_table(float(self.scale), tuple(self.mean), tuple(self.std))
+            planes = cv2.split(np.ascontiguousarray(img))
+            if self.color_order == "BGR":
+                planes = planes[::-1]
+            if self.layout == "NCHW":
+                out = np.empty((1, 3, *img.shape[:2]), np.float32)
+                for c, plane in enumerate(planes):
+                    cv2.LUT(plane, lut[c].reshape(1, 256), dst=out[0, c])
+                return out, tf
+            return np.ascontiguousarray(cv2.merge([cv2.LUT(pl, lut[c].reshape(1, 256)) for c, pl in enumerate(planes)])[None]), tf
         if self.color_order == "BGR":
             img = img[..., ::-1]
-        if img.dtype == np.uint8:  # one table look-up per value: the same float32 arithmetic, about 5x faster
-            lut = _normalize_table(float(self.scale), tuple(self.mean), tuple(self.std))
-            h, w = img.shape[:2]
-            out = np.empty((1, 3, h, w) if self.layout == "NCHW" else (1, h, w, 3), np.float32)
-            for c in range(3):
-                np.take(lut[c], img[..., c], out=out[0, c] if self.layout == "NCHW" else out[0, ..., c])
-            return out, tf
         x: np.ndarray = img.astype(np.float32) * np.float32(self.scale)
         x = (x - np.asarray(self.mean, np.float32)) / np.asarray(self.std, np.float32)
         if self.layout == "NCHW":

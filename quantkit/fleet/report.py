@@ -83,6 +83,8 @@ def _trend(cam: CameraCheck, width: int = 560, height: int = 120) -> dict[str, A
 
 
 def _grid(check: FleetCheck) -> dict[str, Any]:
+    from ..drift import PLAIN_NAMES
+
     windows = sorted({w.window for c in check.cameras for w in c.windows})
     rows = []
     for c in sorted(check.cameras, key=lambda c: (c.site, c.camera)):
@@ -93,7 +95,7 @@ def _grid(check: FleetCheck) -> dict[str, Any]:
             status = "none" if w is None else ("since" if c.since == win else w.status)
             tip = "no images" if w is None else (f"{win[:10]}: {STATUS_LABELS.get(w.status, w.status)}, {w.images} images"
                                                  + (f"; {', '.join(w.evidence)}" if w.evidence else "")
-                                                 + (f"; moved: {', '.join(m.name for m in w.moved[:4])}" if w.moved else ""))
+                                                 + (f"; moved: {', '.join(PLAIN_NAMES.get(m.name, m.name) for m in w.moved[:4])}" if w.moved else ""))
             cells.append({"status": status, "tip": tip})
         rows.append({"camera": c.camera, "site": c.site, "status": c.status, "cells": cells})
     daily = all(w[11:19] == "00:00:00" for w in windows)
@@ -104,6 +106,8 @@ def render_report(check: FleetCheck, store: ScoreStore, config: FleetReportConfi
     """The HTML page as a string (see the module docstring)."""
     import jinja2
 
+    from ..drift import PLAIN_NAMES
+
     cfg = config or FleetReportConfig()
     env = jinja2.Environment(loader=jinja2.PackageLoader("quantkit.fleet", "templates"), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
@@ -111,7 +115,7 @@ def render_report(check: FleetCheck, store: ScoreStore, config: FleetReportConfi
     sections = [{"camera": c, "examples": _examples(store, c, cfg), "trend": _trend(c)} for c in ranked[:cfg.max_cameras]]
     return env.get_template("fleet_report.html.j2").render(
         check=check, ranked=ranked, sections=sections, grid=_grid(check), primary_label=PRIMARY_LABELS.get(check.primary, check.primary),
-        status_labels=STATUS_LABELS, models=check.scores.get("models", {}))
+        status_labels=STATUS_LABELS, models=check.scores.get("models", {}), plain=PLAIN_NAMES)
 
 
 @dataclasses.dataclass(frozen=True)
