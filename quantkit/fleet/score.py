@@ -128,22 +128,21 @@ def plan_shards(manifest: Any, spec_fingerprint: str, window_hours: int) -> list
 
     f = manifest.frame
     win = f["captured_at"].dt.floor(f"{window_hours}h")
-    cam = f["camera"].to_numpy(dtype=object)
+    cam = pd.factorize(f["camera"])[0]  # integer codes: no Python string per row
     w = win.dt.tz_localize(None).to_numpy()
     cut = np.flatnonzero((cam[1:] != cam[:-1]) | (w[1:] != w[:-1])) + 1
     bounds = [0, *cut.tolist(), len(f)]
-    uri = f["uri"].tolist()
-    sha = ["" if pd.isna(x) else str(x) for x in f["sha256"]]
-    size = ["" if pd.isna(x) else int(x) for x in f["bytes"]]
-    times = [t.isoformat() for t in f["captured_at"]]
     plans = []
     for a, b in zip(bounds[:-1], bounds[1:]):
         if a == b:
             continue
+        g = f.iloc[a:b]  # one shard's rows at a time: no whole-manifest Python lists
+        content = [[u, "" if pd.isna(h) else str(h), "" if pd.isna(n) else int(n), t.isoformat()]
+                   for u, h, n, t in zip(g["uri"], g["sha256"], g["bytes"], g["captured_at"])]
         window = win.iloc[a].isoformat()
-        content = [[uri[i], sha[i], size[i], times[i]] for i in range(a, b)]
-        key = fingerprint({"camera": str(cam[a]), "window": window, "images": content, "spec": spec_fingerprint})
-        plans.append(ShardPlan(key, str(cam[a]), str(f["site"].iat[a]), str(f["line"].iat[a]), window, a, b))
+        camera = str(f["camera"].iat[a])
+        key = fingerprint({"camera": camera, "window": window, "images": content, "spec": spec_fingerprint})
+        plans.append(ShardPlan(key, camera, str(f["site"].iat[a]), str(f["line"].iat[a]), window, a, b))
     return plans
 
 
@@ -222,14 +221,17 @@ def _run_dask(todo: list[ShardPlan], manifest: Any, spec: ScoringSpec, client: A
         return fut
 
     queue = as_completed([submit(p) for _, p in zip(range(slots), pending)])
+    last = 0.0
     try:
         for fut in queue:
             doc = fut.result()
-            now = set(client.scheduler_info()["workers"])
-            for gone in sorted(seen - now - lost):
-                log.warning("fleet score: worker %s left during the run; Dask retries its shards elsewhere", gone)
-                lost.add(gone)
-            seen |= now
+            if time.monotonic() - last > 1.0:  # one scheduler round trip a second at most
+                last = time.monotonic()
+                now = set(client.scheduler_info()["workers"])
+                for gone in sorted(seen - now - lost):
+                    log.warning("fleet score: worker %s left during the run; Dask retries its shards elsewhere", gone)
+                    lost.add(gone)
+                seen |= now
             progress.step(size.pop(fut.key))
             fut.release()
             nxt = next(pending, None)
@@ -338,7 +340,7 @@ def _write_summary(out: Path, manifest: Any, shards: list[ShardPlan], edges: Edg
             pairs.append((s.identity(), summ))
             entries.append({**s.identity(), "images": summ.images, "scored": summ.scored, "errors": summ.errors})
             n_err += summ.errors
-            errors.extend(doc.get("error_examples", []))
+            errors = sorted([*errors, *doc.get("error_examples", [])], key=lambda e: e["uri"])[:50]
         cams[camera] = merge_all(summ for _, summ in pairs)
         site_of[camera] = pairs[0][0]["site"]
     sites = {site: merge_all(cams[c] for c in sorted(cams) if site_of[c] == site) for site in sorted(set(site_of.values()))}

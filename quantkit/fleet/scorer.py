@@ -24,6 +24,7 @@ import io
 import logging
 import os
 import tempfile
+import threading
 import time
 import urllib.parse
 from pathlib import Path
@@ -178,6 +179,7 @@ class Scorer:
         self.int8 = OrtRunner(spec.int8_model, intra_op_num_threads=spec.ort_threads, name="int8").activate()
         self.probe = _ClippingProbe(spec.fp32_model, spec.record, spec.ort_threads) if self.config.clip_fraction > 0 else None
         self.timing: dict[str, float] = {}
+        self.lock = threading.Lock()  # a worker started with --nthreads > 1 still scores one shard at a time
 
     def close(self) -> None:
         for r in (self.fp32, self.int8, self.probe.runner if self.probe else None):
@@ -274,7 +276,8 @@ def run_shard(shard: Shard, plugin_name: str, scorer: Scorer | None = None) -> d
         worker = get_worker()
         scorer = worker.plugins[plugin_name].scorer  # type: ignore[attr-defined]
         where = worker.address
-    before = dict(scorer.timing)
-    doc = scorer.score_shard(shard)
-    timing = {k: v - before.get(k, 0.0) for k, v in scorer.timing.items()}
+    with scorer.lock:
+        before = dict(scorer.timing)
+        doc = scorer.score_shard(shard)
+        timing = {k: v - before.get(k, 0.0) for k, v in scorer.timing.items()}
     return {**doc, "timing": timing, "worker": where, "pid": os.getpid()}
