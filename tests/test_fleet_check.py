@@ -67,6 +67,10 @@ def test_cli_exit_codes_metrics_and_round_trip(scored, tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("1 of 4 cameras changed") and "b02 (site-b)" in out and "precision 1.00" in out
     assert main([*args, "--exit-zero"]) == 0
+    params.write_text("fleet:\n  chek: {reference_windows: 3}\n")
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "fleet: unknown option 'chek'" in err and err.count("\n") == 1
     m = json.loads((tmp_path / "m.json").read_text())
     assert m["cameras_alerting"] == 1 and m["alert_precision"] == 1.0 and m["events"]["dark"]["recall"] == 1.0
     loaded = FleetCheck.load(tmp_path / "check.json")

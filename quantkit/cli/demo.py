@@ -75,10 +75,10 @@ def _make_set(args: argparse.Namespace) -> int:
 
 
 def _make_fleet(args: argparse.Namespace) -> int:
-    from ..config import config_from_params
-    from ..demo.fleet import FleetDemoConfig, render_fleet
+    from ..demo.fleet import render_fleet
+    from ..fleet.config import load_fleet_config
 
-    res = render_fleet(config_from_params(FleetDemoConfig, args.params, "fleet.demo"))
+    res = render_fleet(load_fleet_config(args.params).demo)
     if args.json:
         print(json.dumps(res.to_dict(), sort_keys=True))
     else:

@@ -34,7 +34,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--quantized", type=Path, required=True, help="deployed quantized folder, e.g. work/quantize/deployed")
     s.add_argument("--thresholds", type=Path, required=True, help="deployed threshold set, e.g. work/thresholds/deployed.json")
     s.add_argument("--calibration-set", type=Path, required=True, help="deployed calibration set (freezes the histogram edges)")
-    s.add_argument("--params", type=Path, help="params.yaml; options from 'fleet.score' (and thresholds.operating_point.match_iou)")
+    s.add_argument("--params", type=Path, help="params.yaml; options from 'fleet.score' (the whole 'fleet' section is checked) "
+                                                "and thresholds.operating_point.match_iou")
     s.add_argument("--workers", type=int, help="embedded LocalCluster workers (0 = synchronous in this process; default one per core)")
     s.add_argument("--scheduler", help="attach to a running Dask scheduler, e.g. tcp://HOST:8786, instead of starting one")
     s.add_argument("--ort-threads", type=int, help="ONNX Runtime intra-op threads per worker (default: the cores a worker owns)")
@@ -84,11 +85,11 @@ def _register(args: argparse.Namespace) -> int:
 
 
 def _score(args: argparse.Namespace) -> int:
-    from ..config import config_from_params, load_params
-    from ..fleet.config import FleetScoreConfig
+    from ..config import load_params
+    from ..fleet.config import load_fleet_config
     from ..fleet.score import score_fleet
 
-    cfg = config_from_params(FleetScoreConfig, args.params, "fleet.score")
+    cfg = load_fleet_config(args.params).score
     if args.workers is not None:
         cfg = cfg.replace(workers=args.workers)
     if args.ort_threads is not None:
@@ -111,11 +112,10 @@ def _score(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     from .._io import atomic_write_json
-    from ..config import config_from_params
     from ..fleet.check import check_fleet
-    from ..fleet.config import FleetCheckConfig
+    from ..fleet.config import load_fleet_config
 
-    cfg = config_from_params(FleetCheckConfig, args.params, "fleet.check")
+    cfg = load_fleet_config(args.params).check
     res = check_fleet(args.scores, args.calibration_set, cfg, truth=args.truth)
     if args.out:
         res.save(args.out)
@@ -135,10 +135,9 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from ..config import config_from_params
-    from ..fleet.config import FleetReportConfig
+    from ..fleet.config import load_fleet_config
     from ..fleet.report import write_fleet_report
 
-    res = write_fleet_report(args.check, args.out, config_from_params(FleetReportConfig, args.params, "fleet.report"))
+    res = write_fleet_report(args.check, args.out, load_fleet_config(args.params).report)
     sys.stdout.write(f"{res.path}: {res.cameras} cameras, {res.alerting} alerting ({res.bytes} bytes)\n")
     return 0

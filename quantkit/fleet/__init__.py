@@ -10,12 +10,12 @@
 """
 
 from .check import CameraCheck, FleetCheck, check_fleet
-from .config import FleetCheckConfig, FleetReportConfig, FleetScoreConfig
+from .config import FleetCheckConfig, FleetConfig, FleetReportConfig, FleetScoreConfig, load_fleet_config
 from .manifest import FleetManifest, ManifestCheck, check_manifest, load_manifest, register_tree
 from .report import write_fleet_report
 from .score import ScoreResult, score_fleet
 
 __all__ = [
-    "CameraCheck", "FleetCheck", "FleetCheckConfig", "FleetManifest", "FleetReportConfig", "FleetScoreConfig", "ManifestCheck",
-    "ScoreResult", "check_fleet", "check_manifest", "load_manifest", "register_tree", "score_fleet", "write_fleet_report",
+    "CameraCheck", "FleetCheck", "FleetCheckConfig", "FleetConfig", "FleetManifest", "FleetReportConfig", "FleetScoreConfig", "ManifestCheck",
+    "ScoreResult", "check_fleet", "check_manifest", "load_fleet_config", "load_manifest", "register_tree", "score_fleet", "write_fleet_report",
 ]

@@ -1,16 +1,19 @@
 """Typed configs of the fleet commands: ``params.yaml: fleet`` (``score``, ``check``, ``report``, ``demo``).
 
-Every default lives here; the CLI flags only override them. The ``demo`` part is
+Every default lives here; the CLI flags only override them. :class:`FleetConfig` is the whole section
+(an unknown key anywhere in it is an error); the ``demo`` part is
 :class:`quantkit.demo.fleet.FleetDemoConfig` (kept with the renderer).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Literal
 
 from ..calibset.stats import STAT_COLUMNS
 from ..config import Config
+from ..demo.fleet import FleetDemoConfig
 from ..errors import ConfigError
 
 FleetMetric = Literal["psi", "wasserstein", "ks"]
@@ -173,3 +176,25 @@ class FleetReportConfig(Config):
     def validate(self) -> None:
         if self.examples < 0 or not 32 <= self.thumbnail_px <= 1024 or self.max_cameras < 0:
             raise ConfigError("fleet.report: examples >= 0, thumbnail_px in 32..1024, max_cameras >= 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class FleetConfig(Config):
+    """``params.yaml: fleet``: the demo fleet, scoring, check and report options (each section optional)."""
+
+    demo: FleetDemoConfig = dataclasses.field(default_factory=FleetDemoConfig)
+    score: FleetScoreConfig = dataclasses.field(default_factory=FleetScoreConfig)
+    check: FleetCheckConfig = dataclasses.field(default_factory=FleetCheckConfig)
+    report: FleetReportConfig = dataclasses.field(default_factory=FleetReportConfig)
+
+
+def load_fleet_config(params: str | os.PathLike[str] | None) -> FleetConfig:
+    """The ``fleet`` section of a params file, checked whole (defaults when ``params`` is None).
+
+    Raises:
+        InputFileError: the params file is missing or not YAML.
+        ConfigError: the section is missing, or an option is unknown, mistyped or out of range.
+    """
+    from ..config import config_from_params
+
+    return config_from_params(FleetConfig, params, "fleet")
