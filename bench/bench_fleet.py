@@ -11,7 +11,8 @@ Measured in one run, each measurement in a fresh child process, throughput runs 
   on a LocalCluster of 1 worker with 1 ORT thread, 1 worker with 2 (the default for --workers 1 on 2 cores), and
   2 workers with 1 each;
 * memory: driver and worker peak RSS (``ru_maxrss``) scoring 1,000 and 10,000 images with 2 workers
-  (``model_every`` ``--memory-model-every``, statistics on every image).
+  (``model_every`` ``--memory-model-every``, statistics on every image) of the same fleet (``--memory-cameras``
+  cameras x 20 days, so 1 vs 10 images per camera-day and the same 1,000 shards).
 
 Prints JSON (medians) and writes it to ``--save``. Goals (issue 15): 10k within 1.2x of 1k memory, 2 workers
 >= 1.8x one worker, scoring overhead over bare inference <= 15%.
@@ -39,8 +40,9 @@ def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def make_manifest(images: list[Path], n: int, folder: Path) -> Path:
-    """A manifest of ``n`` images: the rendered files under distinct symlinked paths, 10 per camera-day, 20 days per camera."""
+def make_manifest(images: list[Path], n: int, folder: Path, cameras: int = 0) -> Path:
+    """A manifest of ``n`` images: the rendered files under distinct symlinked paths, 20 days per camera; 10 images per
+    camera-day, or with ``cameras`` > 0 a fixed fleet of that many cameras (more images = more per camera-day)."""
     import datetime as dt
 
     import pandas as pd
@@ -49,15 +51,16 @@ def make_manifest(images: list[Path], n: int, folder: Path) -> Path:
 
     rows = []
     start = dt.datetime(2025, 3, 3, 8, tzinfo=dt.timezone.utc)
+    per_day = max(1, n // (cameras * 20)) if cameras else 10
     for i in range(n):
-        cam, rest = divmod(i, 200)
-        day, k = divmod(rest, 10)
-        link = folder / f"c{cam:04d}" / f"{day:02d}" / f"{k:02d}.jpg"
+        cam, rest = divmod(i, 20 * per_day)
+        day, k = divmod(rest, per_day)
+        link = folder / f"n{n}" / f"c{cam:04d}" / f"{day:02d}" / f"{k:02d}.jpg"
         link.parent.mkdir(parents=True, exist_ok=True)
         if not link.exists():
             link.symlink_to(images[i % len(images)])
         rows.append({"uri": link.as_posix(), "camera": f"c{cam:04d}", "site": f"s{cam // 10}", "line": "l1",
-                     "captured_at": (start + dt.timedelta(days=day, minutes=30 * k)).isoformat()})
+                     "captured_at": (start + dt.timedelta(days=day, minutes=k)).isoformat()})
     out = folder / f"manifest-{n}.parquet"
     write_manifest(pd.DataFrame(rows), out)
     return out
@@ -120,6 +123,7 @@ def main() -> None:
     ap.add_argument("--throughput-n", type=int, default=400, help="images per throughput run")
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000], help="fleet sizes for the memory runs")
     ap.add_argument("--memory-model-every", type=int, default=20, help="model_every in the memory runs")
+    ap.add_argument("--memory-cameras", type=int, default=50, help="cameras of the memory runs' fleet (x 20 days), same at every size")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--save", default=str(ROOT / "bench/results/fleet.json"))
     args = ap.parse_args()
@@ -152,7 +156,7 @@ def main() -> None:
                     runs[name].append(_child("score", manifest=tp, out=t / f"out-{name}-{r}", workers=w, threads=th, model_every=1))
         mem = {}
         for n in args.sizes:
-            m = make_manifest(images, n, t / "links")
+            m = make_manifest(images, n, t / "links", cameras=args.memory_cameras)
             mem[n] = _child("score", manifest=m, out=t / f"mem-{n}", workers=2, threads=1, model_every=args.memory_model_every)
     med = {k: statistics.median(x["images_per_s"] for x in v) for k, v in runs.items()}
     stage = {k: {s: round(statistics.median(x["timing_s"].get(s, 0.0) for x in v) / args.throughput_n * 1e3, 2)

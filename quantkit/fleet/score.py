@@ -253,8 +253,11 @@ def _client(workers: int, scheduler: str | None) -> tuple[Any, Any]:
         except (OSError, TimeoutError) as e:
             raise InputFileError(f"--scheduler {scheduler}: no Dask scheduler answers ({e}); start one with 'dask scheduler'") from None
     logging.getLogger("distributed").setLevel(logging.WARNING)  # its INFO lines (scheduler, nanny) are not ours to show
-    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                           silence_logs=logging.ERROR)
+    # The embedded scheduler lives in this process: keep its debugging transition log short (Dask's default of 1,000
+    # entries holds ~10 MB of task records), so the driver's memory does not grow with the number of shards.
+    with dask.config.set({"distributed.admin.low-level-log-length": 100}):
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                               silence_logs=logging.ERROR)
     return Client(cluster), cluster
 
 
