@@ -1,7 +1,8 @@
 """Fleet scoring on Dask: images/s against workers, per-stage time, peak memory at 1,000 and 10,000 images.
 
-Needs the deployed models of the main job (``dvc repro bind@deployed``: work/intake, work/quantize/deployed,
-work/thresholds/deployed.json, calibration_sets/cam1-day). Renders a small demo fleet once (``--distinct``
+Needs the deployed models of the main job for ``--model`` (default ppocr_det; ``dvc repro
+bind@ppocr_det-deployed``: work/MODEL/intake, work/MODEL/quantize/deployed, work/MODEL/thresholds/deployed.json,
+calibration_sets/cam1-day). Renders a small demo fleet once (``--distinct``
 images), then lists its files under distinct paths (symlinks) to build manifests of any size.
 
 Measured in one run, each measurement in a fresh child process, throughput runs interleaved (``--repeats``):
@@ -32,8 +33,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MODELS = {"fp32": ROOT / "work/intake", "quantized": ROOT / "work/quantize/deployed",
-          "thresholds": ROOT / "work/thresholds/deployed.json", "calibration_set": ROOT / "calibration_sets/cam1-day"}
+
+
+def model_paths(model: str) -> dict[str, Path]:
+    """The deployed folders of ``model`` (a key of params.yaml ``models``) in the main job's layout."""
+    work = ROOT / "work" / model
+    return {"fp32": work / "intake", "quantized": work / "quantize/deployed", "thresholds": work / "thresholds/deployed.json",
+            "calibration_set": ROOT / "calibration_sets/cam1-day"}
 
 
 def _peak_mb() -> float:
@@ -71,9 +77,10 @@ def child_score(args: argparse.Namespace) -> dict:
 
     from quantkit.fleet import FleetScoreConfig, score_fleet
 
+    paths = model_paths(args.model)
     cfg = FleetScoreConfig(model_every=args.model_every, ort_threads=args.threads, clip_fraction=0.0)
     with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, Client(cluster) as client:
-        res = score_fleet(args.manifest, MODELS["fp32"], MODELS["quantized"], MODELS["thresholds"], MODELS["calibration_set"],
+        res = score_fleet(args.manifest, paths["fp32"], paths["quantized"], paths["thresholds"], paths["calibration_set"],
                           args.out, cfg, scheduler=cluster.scheduler_address)
         workers = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)
     run = json.loads((Path(args.out) / "run.json").read_text())
@@ -88,11 +95,12 @@ def child_bare(args: argparse.Namespace) -> dict:
     from quantkit.note import ExportNote
     from quantkit.runner import OrtRunner
 
-    pre = ExportNote.load(MODELS["fp32"] / "export_note.json").preprocessing
+    paths = model_paths(args.model)
+    pre = ExportNote.load(paths["fp32"] / "export_note.json").preprocessing
     uris = pd.read_parquet(args.manifest)["uri"].tolist()
     feeds = [{pre.input_name: pre.apply(load_image(u))[0]} for u in uris]
-    with OrtRunner(MODELS["fp32"] / "model.onnx", intra_op_num_threads=1) as f, \
-            OrtRunner(MODELS["quantized"] / "model_int8.onnx", intra_op_num_threads=1) as q:
+    with OrtRunner(paths["fp32"] / "model.onnx", intra_op_num_threads=1) as f, \
+            OrtRunner(paths["quantized"] / "model_int8.onnx", intra_op_num_threads=1) as q:
         f.infer(feeds[0])
         q.infer(feeds[0])
         t0 = time.perf_counter()
@@ -114,6 +122,7 @@ def _child(kind: str, **kw) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--child", choices=["score", "bare"])
+    ap.add_argument("--model", default="ppocr_det", help="params.yaml models entry whose deployed INT8 is scored")
     ap.add_argument("--manifest")
     ap.add_argument("--out")
     ap.add_argument("--workers", type=int, default=2)
@@ -133,7 +142,7 @@ def main() -> None:
     if args.child == "bare":
         print(json.dumps(child_bare(args)))
         return
-    for p in MODELS.values():
+    for p in model_paths(args.model).values():
         if not p.exists():
             raise SystemExit(f"{p}: missing; run 'dvc repro bind@deployed' first")
     from quantkit.demo.fleet import FleetDemoConfig, FleetEvent, render_fleet
@@ -150,14 +159,14 @@ def main() -> None:
         for r in range(args.repeats):
             for name in runs:
                 if name == "bare":
-                    runs[name].append(_child("bare", manifest=tp))
+                    runs[name].append(_child("bare", manifest=tp, model=args.model))
                 else:
                     w, th = int(name[1]), int(name[3])
-                    runs[name].append(_child("score", manifest=tp, out=t / f"out-{name}-{r}", workers=w, threads=th, model_every=1))
+                    runs[name].append(_child("score", manifest=tp, out=t / f"out-{name}-{r}", workers=w, threads=th, model_every=1, model=args.model))
         mem = {}
         for n in args.sizes:
             m = make_manifest(images, n, t / "links", cameras=args.memory_cameras)
-            mem[n] = _child("score", manifest=m, out=t / f"mem-{n}", workers=2, threads=1, model_every=args.memory_model_every)
+            mem[n] = _child("score", manifest=m, out=t / f"mem-{n}", workers=2, threads=1, model_every=args.memory_model_every, model=args.model)
     med = {k: statistics.median(x["images_per_s"] for x in v) for k, v in runs.items()}
     stage = {k: {s: round(statistics.median(x["timing_s"].get(s, 0.0) for x in v) / args.throughput_n * 1e3, 2)
                  for s in sorted({s for x in v for s in x["timing_s"]})} for k, v in runs.items() if k != "bare"}

@@ -71,3 +71,17 @@ def test_thresholds_of_another_task_are_refused(boxes, tmp_path):
         score_fleet(boxes["manifest"], boxes["intake"], boxes["quantized"], boxes["thresholds"], boxes["calibration_set"],
                     tmp_path / "s", FleetScoreConfig(workers=0), task="db_text")
     assert not (tmp_path / "s").exists()
+
+
+def test_fleet_model_must_be_one_of_models(tmp_path, run_cli):
+    from quantkit.fleet.config import load_fleet_config
+
+    params = tmp_path / "params.yaml"
+    params.write_text("models:\n  ppocr_det: {file: a.onnx}\n  ddddocr_det: {file: b.onnx}\nfleet:\n  model: yolo\n")
+    with pytest.raises(ConfigError, match=r"params.yaml:fleet.model: 'yolo' is not under 'models'; use one of ddddocr_det, ppocr_det"):
+        load_fleet_config(params)
+    code, out, err = run_cli(["fleet", "score", str(tmp_path / "m.parquet"), "--calibration-set", str(tmp_path), "--params", str(params),
+                              "--out", str(tmp_path / "s")])
+    assert code == 2 and "fleet.model: 'yolo' is not under 'models'" in err and "Traceback" not in err
+    params.write_text(params.read_text().replace("model: yolo", "model: ddddocr_det"))
+    assert load_fleet_config(params).model == "ddddocr_det"

@@ -44,7 +44,19 @@ EventKind = Literal["defocus", "lighting", "exposure_drift", "camera_swap"]
 @dataclasses.dataclass(frozen=True)
 class FleetEvent(Config):
     """One planted event on ``camera`` (an id such as ``a03``) or on every camera of ``site`` (``site-b``),
-    from day ``start_day`` (0 = the first day) to the end. See the module docstring for each kind."""
+    from day ``start_day`` (0 = the first day) to the end. See the module docstring for each kind.
+
+    Attributes:
+        name: the event's name in ``fleet/truth.json`` and the metrics (``refocus``, ``night_shift``, ...).
+        kind: ``defocus`` (blur), ``lighting`` (another lighting), ``exposure_drift`` (exposure times
+            ``exposure_per_day`` each day) or ``camera_swap`` (another camera model).
+        camera, site: where it happens; set exactly one.
+        start_day: first day (0-based) with the event.
+        defocus_px: ``defocus``: added blur disc radius in pixels.
+        lighting: ``lighting``: a key of ``fleet.demo.lightings``.
+        exposure_per_day: ``exposure_drift``: exposure factor per day since ``start_day``.
+        camera_model: ``camera_swap``: a key of ``fleet.demo.cameras``.
+    """
 
     name: str
     kind: EventKind
@@ -85,9 +97,21 @@ def _default_events() -> tuple[FleetEvent, ...]:
 class FleetDemoConfig(Config):
     """``params.yaml: fleet.demo``: the simulated fleet (sites ``site-a``.., cameras ``a01``.., lines ``line-1``..).
 
-    ``image_size`` is (height, width); ``exposure_jitter`` the relative standard deviation of exposure
-    between images; ``labels_per_image`` (min, max) labels passing each view; ``processes``: render
-    processes (0 = one per core; the bytes do not depend on it).
+    Attributes:
+        out: folder of the rendered images (``<site>/<line>/<camera>/<date>/*.jpg``).
+        truth: the planted events' truth (JSON), for ``quantkit fleet check --truth``.
+        sites, lines_per_site, cameras_per_site: fleet size (cameras spread over the lines of their site).
+        days, images_per_day: days rendered, images per camera and day.
+        start_date: the first day (YYYY-MM-DD); capture times are UTC.
+        image_size: (height, width) in pixels.
+        seed: seed of every random choice (views, labels, noise); the bytes depend only on the options.
+        camera_model, lighting: keys of ``cameras`` / ``lightings`` every camera starts with.
+        exposure_jitter: relative standard deviation of exposure between images.
+        labels_per_image: (min, max) product labels passing each view.
+        processes: render processes (0 = one per core; the bytes do not depend on it).
+        cameras: camera models by name (:class:`quantkit.demo.camera.CameraConfig`).
+        lightings: lightings by name (:class:`quantkit.demo.camera.LightingConfig`).
+        events: the planted events (:class:`FleetEvent`).
     """
 
     out: str = "fleet/images"

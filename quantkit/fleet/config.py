@@ -101,8 +101,9 @@ class FleetCheckConfig(Config):
         agreement_drop, agreement_windows: alert when the primary agreement with FP32 (pixel IoU for map
             heads) is below the camera's reference by more than ``agreement_drop`` (absolute) in
             ``agreement_windows`` consecutive windows (one image INT8 gets wrong is common; a run is not).
-        detections_change: alert when INT8 detections per image differ from the camera's reference by
-            more than this fraction and a two-sided Poisson test gives p < ``detections_alpha``.
+        detections_change, detections_alpha: alert when INT8 detections per image differ from the camera's
+            reference by more than ``detections_change`` (a fraction) and a two-sided Poisson test gives
+            p < ``detections_alpha``.
         clip_ratio, clip_floor: clipping alerts when a window's rate exceeds
             ``max(reference * clip_ratio, reference + clip_floor)`` (as ``quantkit drift``).
         calibration_margin: a changed camera is "further from the calibration set" when its window's
