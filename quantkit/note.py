@@ -22,6 +22,7 @@ Notes written before ``channels`` and ``batch_axis`` existed load unchanged (3 c
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from pathlib import Path
 from typing import Any, Literal
@@ -58,6 +59,14 @@ class Transform:
         out[..., 0] /= self.scale_x
         out[..., 1] /= self.scale_y
         return out
+
+
+@functools.lru_cache(maxsize=16)
+def _normalize_table(scale: float, mean: tuple[float, ...], std: tuple[float, ...]) -> np.ndarray:
+    """``(C, 256) float32``: ``(float32(v) * scale - mean[c]) / std[c]`` for every uint8 ``v`` and channel ``c``, computed with
+    exactly the float32 operations :meth:`Preprocessing.apply` applies per pixel (so the results are identical)."""
+    v = np.arange(256, dtype=np.uint8).astype(np.float32)[:, None] * np.float32(scale)
+    return np.ascontiguousarray(((v - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)).T, dtype=np.float32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,11 +177,29 @@ class Preprocessing(Config):
                 img = img[..., ::-1]
             if self.channels == 4:
                 img = np.concatenate([img, np.full(img.shape[:2] + (1,), 255, np.uint8)], axis=2)
+        if img.dtype == np.uint8:  # one table look-up per value (OpenCV LUT): the same float32 arithmetic, several times faster
+            return self._apply_table(img), tf
         x: np.ndarray = img.astype(np.float32) * np.float32(self.scale)
         x = (x - self._per_channel(self.mean)) / self._per_channel(self.std)
         if self.layout == "NCHW":
             x = x.transpose(2, 0, 1)
         return np.ascontiguousarray(x[None] if self.batch_axis else x, dtype=np.float32), tf
+
+    def _apply_table(self, img: np.ndarray) -> np.ndarray:
+        """``(H, W, C) uint8`` -> the model input, through :func:`_normalize_table` (bit-identical to the float formula)."""
+        import cv2
+
+        lut = _normalize_table(float(self.scale), tuple(float(v) for v in self._per_channel(self.mean)),
+                               tuple(float(v) for v in self._per_channel(self.std)))
+        planes = [np.ascontiguousarray(img[..., c]) for c in range(img.shape[2])]
+        h, w = img.shape[:2]
+        if self.layout == "NCHW":
+            out = np.empty((1, len(planes), h, w), np.float32)
+            for c, plane in enumerate(planes):
+                cv2.LUT(plane, lut[c].reshape(1, 256), dst=out[0, c])
+        else:
+            out = np.stack([cv2.LUT(pl, lut[c].reshape(1, 256)) for c, pl in enumerate(planes)], axis=-1)[None]
+        return np.ascontiguousarray(out if self.batch_axis else out[0], dtype=np.float32)
 
     def load(self, path: str | Path) -> tuple[np.ndarray, Transform]:
         """Decode ``path`` (:func:`quantkit.imageio.load_image`) and :meth:`apply` this contract; every error names the file.

@@ -48,6 +48,7 @@ SECTIONS: dict[str, str] = {
     "bundle.verify": "quantkit.bundle.verify:VerifyConfig",
     "verify": "quantkit.bundle.deployment:DeploymentVerifyConfig",
     "export": "quantkit.export.config:TorchExportConfig",
+    "fleet": "quantkit.fleet.config:FleetConfig",
 }
 """``params.yaml`` section (dotted for a nested one) -> ``"module:ConfigClass"`` read from it."""
 

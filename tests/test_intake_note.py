@@ -87,3 +87,32 @@ def test_detector_declared_note_ok_and_mistakes_flagged(det_small):
     # so a BGR declaration cannot be told apart from outputs; the report says so instead of guessing.
     bgr = check_note(det_small, pre.replace(color_order="BGR"), probe)
     assert bgr.verdicts()["color_order"] == "indistinguishable" and not any(f.check == "color_order" for f in bgr.findings)
+
+
+def test_apply_table_path_is_bit_identical_to_the_float_formula():
+    """uint8 images take a 256-entry table per channel; it must give exactly the per-pixel float32 arithmetic,
+    for every channel count, layout, batch axis and per-channel or shared mean/std."""
+    import cv2
+    import numpy as np
+
+    from quantkit.note import Preprocessing
+
+    rng = np.random.default_rng(0)
+    cases = ({}, {"color_order": "BGR"}, {"layout": "NHWC"}, {"scale": 1.0, "mean": (123.675, 116.28, 103.53), "std": (58.395, 57.12, 57.375)},
+             {"channels": 1, "mean": (0.5,), "std": (0.25,)}, {"channels": 4, "mean": (0.5,), "std": (0.5,), "layout": "NHWC"},
+             {"batch_axis": False}, {"channels": 1, "mean": (0.1,), "std": (0.3,), "batch_axis": False, "layout": "NHWC"})
+    for kw in cases:
+        p = Preprocessing(**kw)
+        for img in (rng.integers(0, 256, (300, 200, 3), dtype=np.uint8), rng.integers(0, 256, (120, 90), dtype=np.uint8)):
+            got, _ = p.apply(img)
+            r, _ = p.resize(np.repeat(img[..., None], 3, axis=2) if img.ndim == 2 else img)
+            if p.channels == 1:
+                r = cv2.cvtColor(np.ascontiguousarray(r), cv2.COLOR_RGB2GRAY)[..., None]
+            else:
+                r = r[..., ::-1] if p.color_order == "BGR" else r
+                r = np.concatenate([r, np.full(r.shape[:2] + (1,), 255, np.uint8)], axis=2) if p.channels == 4 else r
+            mean, std = (np.resize(np.asarray(v, np.float32), p.channels) for v in (p.mean, p.std))
+            x = (r.astype(np.float32) * np.float32(p.scale) - mean) / std
+            x = x.transpose(2, 0, 1) if p.layout == "NCHW" else x
+            x = np.ascontiguousarray(x[None] if p.batch_axis else x)
+            assert got.shape == p.input_shape() and got.dtype == np.float32 and got.flags.c_contiguous and np.array_equal(got, x), kw

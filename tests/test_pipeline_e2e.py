@@ -35,6 +35,11 @@ def reduced_params() -> dict:
     counts = {"calibration": 8, "reference": 6, "site": 6}
     for spec in params["demo"]["sets"].values():
         spec["count"] = counts[spec["kind"]]
+    fleet = params["fleet"]
+    fleet["demo"].update(sites=2, lines_per_site=1, cameras_per_site=2, days=4, images_per_day=3, image_size=[64, 64],
+                         events=[{"name": "refocus", "kind": "defocus", "camera": "a02", "start_day": 3, "defocus_px": 3.0}])
+    fleet["score"].update(model_every=3, clip_fraction=0.0)
+    fleet["check"].update(reference_windows=2, repeats=200)
     return params
 
 
@@ -69,6 +74,9 @@ def test_repro_writes_report_and_metrics_for_both_models(pipeline: Path):
         assert thresholds["binding"]["record_fingerprint"] == record["fingerprint"]
     box = json.loads((pipeline / "work" / "ddddocr_det" / "thresholds" / "deployed.json").read_text())
     assert box["adapter"] == "box_detector" and "score_thresh" in box["integer_domain"]
+    fleet = json.loads((pipeline / "reports" / "fleet" / "metrics.json").read_text())
+    assert fleet["cameras"] == 4 and fleet["images"] == 2 * 2 * 4 * 3 and "alert_recall" in fleet
+    assert "Camera × day" in (pipeline / "reports" / "fleet" / "index.html").read_text()
 
 
 def test_second_repro_does_nothing(pipeline: Path):

@@ -24,4 +24,5 @@ COMMAND_MODULES = (
     "verify",
     "doctor",
     "params",
+    "fleet",
 )

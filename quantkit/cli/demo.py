@@ -29,6 +29,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--json", action="store_true", help="print the result as JSON")
     s.set_defaults(func=_make_set)
 
+    f = sub.add_parser("make-fleet", help="render the demo fleet (params fleet.demo) and its planted truth",
+                       description="Render cameras on several sites over days, with planted events (refocus, night-shift lighting, "
+                                   "exposure drift, camera swap) whose truth is written to fleet.demo.truth; deterministic.")
+    f.add_argument("--params", default="params.yaml", help="params file with a `fleet.demo` section (default: params.yaml)")
+    f.add_argument("--json", action="store_true", help="print the result as JSON")
+    f.set_defaults(func=_make_fleet)
+
     c = sub.add_parser("check", help="accuracy of an FP32 model against a labelled set's ground truth",
                        description="Run a model on a labelled (demo) set and compare its decisions with the labels through "
                                    "its task adapter (params models.NAME.task / task, and its intake preprocessing).")
@@ -63,6 +70,18 @@ def _make_set(args: argparse.Namespace) -> int:
         print(json.dumps(res.to_dict(), sort_keys=True))
     else:
         print(f"{args.name} (set {res.name!r}): {res.count} images, {res.text_boxes} text boxes -> {res.out}  (set_id {res.set_id[:12]})")
+    return 0
+
+
+def _make_fleet(args: argparse.Namespace) -> int:
+    from ..demo.fleet import render_fleet
+    from ..fleet.config import load_fleet_config
+
+    res = render_fleet(load_fleet_config(args.params).demo)
+    if args.json:
+        print(json.dumps(res.to_dict(), sort_keys=True))
+    else:
+        print(f"demo fleet: {res.cameras} cameras, {res.images} images -> {res.out} (truth {res.truth})")
     return 0
 
 

@@ -188,15 +188,19 @@ def _paste(scene: np.ndarray, label: Label, dst: np.ndarray, shade: float) -> np
     return cv2.perspectiveTransform(label.boxes.reshape(-1, 1, 2).astype(np.float64), hom).reshape(-1, 4, 2)
 
 
-def compose(assets: SceneAssets, rng: np.random.Generator, size: tuple[int, int], n_labels: tuple[int, int] = (2, 5)) -> tuple[np.ndarray, list[list[list[float]]]]:
+def compose(assets: SceneAssets, rng: np.random.Generator, size: tuple[int, int], n_labels: tuple[int, int] = (2, 5),
+            base: np.ndarray | None = None) -> tuple[np.ndarray, list[list[list[float]]]]:
     """One scene: a background with ``n_labels`` (inclusive range) labels in perspective, not overlapping.
+
+    ``base``: a fixed ``(h, w, 3) uint8`` background (a camera's view, e.g. from :func:`background`) to
+    paste the labels on; ``None`` draws a random one from ``rng``.
 
     Returns:
         ``(H, W, 3) uint8`` sRGB scene and the text-line quads ``[[[x, y] * 4], ...]`` (float pixels,
         clockwise from top-left), rounded to 0.01 px.
     """
     h, w = size
-    scene = background(assets, rng, size)
+    scene = background(assets, rng, size) if base is None else base.copy()
     occupied = np.zeros((h, w), bool)
     quads: list[list[list[float]]] = []
     for _ in range(int(rng.integers(n_labels[0], n_labels[1] + 1))):

@@ -1,0 +1,146 @@
+"""``quantkit fleet``: register, score (on Dask), check and report a fleet of cameras."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("fleet", help="per-camera drift and INT8 agreement over a fleet's site images (Dask)",
+                              description="A fleet of cameras: build or check the image manifest, score every image on Dask "
+                                          "(statistics, FP32 and INT8 decisions), judge each camera against its own reference, "
+                                          "and write the HTML report. Options: params.yaml section 'fleet'.")
+    sub = p.add_subparsers(dest="fleet_command", metavar="ACTION")
+    sub.required = True
+
+    r = sub.add_parser("register", help="build a manifest from a folder tree, or check a given manifest",
+                       description="SOURCE a folder: walk it (--layout levels), write the manifest to --out. SOURCE a .parquet/.csv "
+                                   "manifest: check it. Missing, unreadable and duplicate images are counted and named; exit 1 when any.")
+    r.add_argument("source", type=Path, help="image tree root, or a manifest file to check")
+    r.add_argument("--out", type=Path, help="manifest to write (.parquet, or .csv) when SOURCE is a folder")
+    r.add_argument("--layout", default="{site}/{camera}/{date}", help="folder levels under SOURCE (default {site}/{camera}/{date})")
+    r.add_argument("--verify", choices=["decode", "exists", "none"], default="decode", help="decode every image (default), only read it, or neither")
+    r.add_argument("--json", action="store_true", help="print the check as JSON")
+    r.set_defaults(func=_register)
+
+    s = sub.add_parser("score", help="score every image of a manifest on Dask (resumable)",
+                       description="One Dask task per camera x time window (paths only). Rows go to OUT/rows (Parquet, by camera and "
+                                   "date), mergeable summaries to OUT/shards and OUT/summary.json. Shards already done are skipped.")
+    s.add_argument("manifest", type=Path, help="fleet manifest (quantkit fleet register)")
+    s.add_argument("--model", help="name under params 'models' to score (default: params fleet.model); its task adapter "
+                                   "(models.NAME.task) reads the outputs and the folders below default to work/NAME/...")
+    s.add_argument("--fp32", type=Path, help="intake folder (model.onnx + export_note.json) (default work/MODEL/intake)")
+    s.add_argument("--quantized", type=Path, help="deployed quantized folder (default work/MODEL/quantize/deployed)")
+    s.add_argument("--thresholds", type=Path, help="deployed threshold set (default work/MODEL/thresholds/deployed.json)")
+    s.add_argument("--calibration-set", type=Path, required=True, help="deployed calibration set (freezes the histogram edges)")
+    s.add_argument("--params", type=Path, help="params.yaml; options from 'fleet.score' (the whole 'fleet' section is checked) "
+                                                "and the model's task (models.NAME.task)")
+    s.add_argument("--workers", type=int, help="embedded LocalCluster workers (0 = synchronous in this process; default one per core)")
+    s.add_argument("--scheduler", help="attach to a running Dask scheduler, e.g. tcp://HOST:8786, instead of starting one")
+    s.add_argument("--ort-threads", type=int, help="ONNX Runtime intra-op threads per worker (default: the cores a worker owns)")
+    s.add_argument("--out", type=Path, required=True, help="scores folder (must be on storage every worker can write)")
+    s.add_argument("--json", action="store_true", help="print the result as JSON")
+    s.set_defaults(func=_score)
+
+    c = sub.add_parser("check", help="judge each camera against its reference windows; exit 1 when an alert fires",
+                       description="Per camera x window: image statistics against the camera's reference (thresholds derived per "
+                                   "camera), INT8 agreement with FP32, detections per image, clipping; rollups per site and fleet; "
+                                   "cameras ranked with since when and why. Exit 1 when a camera alerts (unless --exit-zero).")
+    c.add_argument("scores", type=Path, help="scores folder (quantkit fleet score --out)")
+    c.add_argument("--calibration-set", type=Path, required=True, help="the deployed calibration set the scores were made with")
+    c.add_argument("--params", type=Path, help="params.yaml; options from 'fleet.check'")
+    c.add_argument("--truth", type=Path, help="planted-truth JSON (demo fleet) to score the alerts against")
+    c.add_argument("--out", type=Path, help="write the check (JSON) here")
+    c.add_argument("--metrics", type=Path, help="write flat DVC metrics (JSON) here")
+    c.add_argument("--exit-zero", action="store_true", help="exit 0 even when an alert fires (pipelines that report instead)")
+    c.add_argument("--json", action="store_true", help="print the check as JSON")
+    c.set_defaults(func=_check)
+
+    h = sub.add_parser("report", help="write the fleet report (one self-contained HTML file)")
+    h.add_argument("check", type=Path, help="fleet check JSON (quantkit fleet check --out)")
+    h.add_argument("--params", type=Path, help="params.yaml; options from 'fleet.report'")
+    h.add_argument("--out", type=Path, required=True, help="HTML file to write, e.g. reports/fleet/index.html")
+    h.set_defaults(func=_report)
+
+
+def _register(args: argparse.Namespace) -> int:
+    from ..errors import InputFileError
+    from ..fleet.manifest import check_manifest, load_manifest, register_tree
+
+    if args.source.is_dir():
+        if args.out is None:
+            raise InputFileError(f"{args.source}: is a folder; pass --out MANIFEST.parquet to build a manifest from it")
+        manifest, chk = register_tree(args.source, args.out, layout=args.layout, verify=args.verify)
+        head = f"{manifest.path}: {len(manifest)} images, {manifest.frame['camera'].nunique()} cameras, {manifest.frame['site'].nunique()} sites"
+    else:
+        manifest = load_manifest(args.source)
+        chk = check_manifest(manifest, verify=args.verify)
+        head = f"{manifest.path}: {len(manifest)} images listed"
+    if args.json:
+        sys.stdout.write(json.dumps(chk.to_dict(), indent=2, sort_keys=True) + "\n")
+    else:
+        sys.stdout.write("\n".join([head, *("  " + line for line in chk.lines())]) + "\n")
+    return 0 if chk.ok else 1
+
+
+def _score(args: argparse.Namespace) -> int:
+    from ..config import config_from_params, has_section
+    from ..fleet.config import load_fleet_config
+    from ..fleet.score import score_fleet
+    from ..tasks import TaskConfig
+
+    fleet = load_fleet_config(args.params)
+    cfg = fleet.score
+    if args.workers is not None:
+        cfg = cfg.replace(workers=args.workers)
+    if args.ort_threads is not None:
+        cfg = cfg.replace(ort_threads=args.ort_threads)
+    model = args.model or fleet.model
+    task = config_from_params(TaskConfig, args.params, "task", model=model).adapter if has_section(args.params, "task", model=model) else None
+    work = Path("work") / model
+    res = score_fleet(args.manifest, args.fp32 or work / "intake", args.quantized or work / "quantize" / "deployed",
+                      args.thresholds or work / "thresholds" / "deployed.json", args.calibration_set, args.out, cfg,
+                      scheduler=args.scheduler, task=task)
+    if args.json:
+        sys.stdout.write(json.dumps(res.to_dict(), indent=2, sort_keys=True) + "\n")
+    else:
+        lost = f"; workers lost and their shards retried: {', '.join(res.workers_lost)}" if res.workers_lost else ""
+        sys.stdout.write(f"{res.out}: {res.images} images in {res.shards} shards ({res.shards_skipped} already done), "
+                         f"{res.scored} scored by FP32 and INT8, {res.errors} failed; {res.images_per_s:.1f} images/s{lost}\n")
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from .._io import atomic_write_json
+    from ..fleet.check import check_fleet
+    from ..fleet.config import load_fleet_config
+
+    cfg = load_fleet_config(args.params).check
+    res = check_fleet(args.scores, args.calibration_set, cfg, truth=args.truth)
+    if args.out:
+        res.save(args.out)
+    if args.metrics:
+        atomic_write_json(args.metrics, res.metrics())
+    if args.json:
+        sys.stdout.write(json.dumps(res.to_dict(), indent=2, sort_keys=True) + "\n")
+    else:
+        out = [res.verdict]
+        for i, name in enumerate(res.ranked, 1):
+            c = res.camera(name)
+            out.append(f"  {i:>2}. {c.camera} ({c.site}) {c.action} since {(c.since or '')[:10]}: {'; '.join(c.reasons)}")
+        if res.truth is not None:
+            out.append(f"  planted events: alert precision {res.truth['precision']:.2f}, recall {res.truth['recall']:.2f}")
+        sys.stdout.write("\n".join(out) + "\n")
+    return 1 if res.alerting and not args.exit_zero else 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from ..fleet.config import load_fleet_config
+    from ..fleet.report import write_fleet_report
+
+    res = write_fleet_report(args.check, args.out, load_fleet_config(args.params).report)
+    sys.stdout.write(f"{res.path}: {res.cameras} cameras, {res.alerting} alerting ({res.bytes} bytes)\n")
+    return 0

@@ -1,0 +1,285 @@
+"""``quantkit fleet check``: which cameras changed, since when, why, and what to do.
+
+Per camera (:mod:`.camera`): its first windows are its reference, every later window is judged against
+it with thresholds derived for that camera. A camera alerts from the first window of
+``persistence`` consecutive alerting windows ("since"). Its reasons are plain words: the statistics
+that moved (medians before/after from the KLL sketches), INT8 agreement with FP32 and detections per
+image since then against its reference, clipping, and whether its images moved further from the
+deployed calibration set. The recommendation is ``recalibrate`` when INT8 agreement fell or the images
+moved further from the calibration set, else ``inspect`` (the images changed, INT8 still agrees).
+Cameras are ranked recalibrate first, then by severity (largest effect over its threshold).
+
+The result is a :class:`FleetCheck` (``check.json``) with site and fleet rollups, a verdict line for
+quality leads and flat DVC metrics; with a planted-truth file it also scores the alerts
+(:mod:`.truth`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._io import atomic_write_json, read_json
+from ..errors import CalibrationSetError, InputFileError
+from .camera import CameraJudge, WindowCheck, clip_rate, confirm_agreement, pooled, reference_windows, window_agreement
+from .config import FleetCheckConfig
+from .decisions import primary_label
+from .store import ScoreStore
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class CameraCheck:
+    """One camera: ``status`` ``ok`` | ``alert`` | ``insufficient`` (too little history to judge)."""
+
+    camera: str
+    site: str
+    line: str
+    status: str
+    since: str | None
+    alerting_now: bool
+    action: str
+    severity: float
+    reasons: tuple[str, ...]
+    reference: dict[str, Any]
+    after: dict[str, Any]
+    windows: tuple[WindowCheck, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "reasons": list(self.reasons), "windows": [w.to_dict() for w in self.windows]}
+
+
+@dataclasses.dataclass(frozen=True)
+class FleetCheck:
+    """The fleet check (``check.json``). ``ranked``: alerting cameras, most urgent first; ``primary``: the task's
+    primary agreement metric (:attr:`quantkit.fleet.decisions.DecisionSummarizer.primary`)."""
+
+    verdict: str
+    alerting: bool
+    primary: dict[str, Any]
+    cameras: tuple[CameraCheck, ...]
+    ranked: tuple[str, ...]
+    sites: dict[str, Any]
+    fleet: dict[str, Any]
+    calibration_set: dict[str, Any]
+    scores: dict[str, Any]
+    config: dict[str, Any]
+    truth: dict[str, Any] | None = None
+
+    def camera(self, name: str) -> CameraCheck:
+        return next(c for c in self.cameras if c.camera == name)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d.update(schema_version=SCHEMA_VERSION, cameras=[c.to_dict() for c in self.cameras], ranked=list(self.ranked))
+        return d
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        return atomic_write_json(path, self.to_dict())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> "FleetCheck":
+        """Read ``check.json``. Raises InputFileError naming the file when missing or malformed."""
+        from .camera import StatMove
+
+        d = read_json(path, "fleet check")
+        try:
+            cams = tuple(CameraCheck(**{**c, "reasons": tuple(c["reasons"]), "windows": tuple(
+                WindowCheck(**{**w, "moved": tuple(StatMove(**m) for m in w["moved"]), "evidence": tuple(w["evidence"])})
+                for w in c["windows"])}) for c in d["cameras"])
+            return cls(d["verdict"], d["alerting"], d["primary"], cams, tuple(d["ranked"]), d["sites"], d["fleet"],
+                       d["calibration_set"], d["scores"], d["config"], d.get("truth"))
+        except (KeyError, TypeError) as e:
+            raise InputFileError(f"{path}: not a fleet check (bad or missing field {e}); rerun 'quantkit fleet check'") from None
+
+    def metrics(self) -> dict[str, Any]:
+        """Flat DVC metrics: fleet counts, alerting cameras per action, per site, and truth scores when known."""
+        m: dict[str, Any] = {"cameras": len(self.cameras), "cameras_alerting": len(self.ranked),
+                             "cameras_to_recalibrate": sum(1 for c in self.cameras if c.action == "recalibrate"),
+                             "cameras_to_inspect": sum(1 for c in self.cameras if c.action == "inspect"),
+                             "images": self.fleet["images"], "images_scored": self.fleet["scored"], "image_errors": self.fleet["errors"],
+                             "agreement": self.fleet["agreement"], "sites": {s: {k: v[k] for k in ("cameras_alerting", "agreement")}
+                                                                              for s, v in self.sites.items()}}
+        if self.truth is not None:
+            m["alert_precision"] = self.truth["precision"]
+            m["alert_recall"] = self.truth["recall"]
+            m["events"] = {e["name"]: {k: e[k] for k in ("precision", "recall", "max_delay_days")} for e in self.truth["events"]}
+        return m
+
+    def __repr__(self) -> str:
+        return f"FleetCheck({len(self.cameras)} cameras, {len(self.ranked)} alerting)"
+
+
+def _calibration_counts(calibration_set: str | os.PathLike[str], store: ScoreStore) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    from ..calibset import CalibrationSet
+    from ..calibset.stats import STAT_COLUMNS
+
+    cset = CalibrationSet.load(calibration_set)
+    want = store.edges.source.get("set_id")
+    if want and cset.set_id != want:
+        raise CalibrationSetError(f"{calibration_set}: set {cset.set_id[:12]} is not the calibration set the scores' edges came from "
+                                  f"({store.edges.source.get('name')}, {str(want)[:12]}); pass that set or re-score")
+    stats = cset.stats()
+    return {n: store.edges.bin_counts(n, stats[n].to_numpy(np.float64))[0] for n in STAT_COLUMNS}, {"name": cset.name, "set_id": cset.set_id}
+
+
+def _since(windows: list[WindowCheck], persistence: int) -> int | None:
+    """Index of the first window of the first run of ``persistence`` alerting windows (thin windows
+    neither break nor extend a run), or None."""
+    start, run = 0, 0
+    for i, w in enumerate(windows):
+        if w.status == "alert":
+            start = i if run == 0 else start
+            run += 1
+            if run >= persistence:
+                return start
+        elif w.status == "ok":
+            run = 0
+    return None
+
+
+def _reasons(judged: list[WindowCheck], since: int, ref: Any, after: Any, primary: dict[str, Any], cfg: FleetCheckConfig,
+             calibration_name: str, ref_span: str) -> tuple[list[str], str, float]:
+    from ..drift import PLAIN_NAMES, StatisticChange
+
+    alerts = [w for w in judged[since:] if w.status == "alert"]
+    counts: dict[str, int] = {}
+    best: dict[str, Any] = {}
+    for w in alerts:
+        for m in w.moved:
+            counts[m.name] = counts.get(m.name, 0) + 1
+            if m.name not in best or m.ratio > best[m.name].ratio:
+                best[m.name] = m
+    order = sorted(counts, key=lambda n: (-counts[n], -best[n].ratio, n))
+    phrases = []
+    for n in order[:4]:
+        r, a = ref.quantile(n, 0.5), after.quantile(n, 0.5)
+        if r != 0 and abs(a / r - 1.0) < 0.03:  # the distribution moved, not its median
+            phrases.append(f"{PLAIN_NAMES.get(n, n)} spread changed")
+        else:
+            phrases.append(StatisticChange(n, r, a, 0.0, best[n].metrics_moved, True).phrase)
+    reasons = []
+    if phrases:
+        more = len(order) - 4
+        reasons.append(f"{'; '.join(phrases)} vs its reference ({ref_span})" + (f"; {more} more statistic{'s' if more > 1 else ''} moved" if more > 0 else ""))
+    ra, aa = window_agreement(ref, primary), window_agreement(after, primary)
+    label = primary_label(primary)
+    agreement_fell = ra["agreement"] is not None and aa["agreement"] is not None and ra["agreement"] - aa["agreement"] > cfg.agreement_drop
+    if aa["agreement"] is not None and ra["agreement"] is not None:
+        how = "fell" if agreement_fell else f"within {cfg.agreement_drop:.2f} of before"
+        reasons.append(f"INT8 agreement with FP32 ({label}) {how}: {aa['agreement']:.2f} since then vs {ra['agreement']:.2f} before "
+                       f"({after.scored} vs {ref.scored} images scored)")
+    if aa["det_int8_per_image"] is not None and ra["det_int8_per_image"] is not None and any("detections" in w.evidence for w in alerts):
+        reasons.append(f"INT8 detections per image {aa['det_int8_per_image']:.2f} vs {ra['det_int8_per_image']:.2f} before")
+    cr, ca = clip_rate(ref), clip_rate(after)
+    if cr is not None and ca is not None and any("clipping" in w.evidence for w in alerts):
+        reasons.append(f"INT8 activations clip {100 * ca:.2f}% of values vs {100 * cr:.2f}% before")
+    further = sorted({m.name for w in alerts for m in w.moved if m.calibration_psi > cfg.calibration_margin * m.calibration_psi_reference
+                      and m.calibration_psi > cfg.psi_floor})
+    if further:
+        reasons.append(f"images moved further from the calibration set {calibration_name} ({', '.join(PLAIN_NAMES.get(n, n) for n in further[:4])})")
+    action = "recalibrate" if agreement_fell or further else "inspect"
+    severity = max([max((m.ratio for m in w.moved), default=0.0) for w in alerts] + [0.0])
+    if agreement_fell:
+        severity = max(severity, (ra["agreement"] - aa["agreement"]) / cfg.agreement_drop)
+    return reasons, action, round(severity, 6)
+
+
+def check_camera(store: ScoreStore, camera: str, calibration: dict[str, np.ndarray], calibration_name: str,
+                 cfg: FleetCheckConfig) -> CameraCheck:
+    """Judge one camera (see the module docstring)."""
+    shards = store.camera_shards(camera)
+    ident = shards[0][0]
+    windows = [(i["window"], s) for i, s in shards]
+    start = reference_windows(windows, cfg)
+    primary = store.primary
+    if start < 0:
+        judged = [WindowCheck(w, s.images - s.errors, s.errors, s.scored, "few-images") for w, s in windows]
+        return CameraCheck(camera, ident["site"], ident["line"], "insufficient", None, False, "", 0.0,
+                           (f"only {len(windows)} windows; {cfg.reference_windows} with >= {cfg.min_images} images are needed as its reference",),
+                           {}, {}, tuple(judged))
+    ref_windows = [s for _, s in windows[:start]]
+    ref = pooled(ref_windows)
+    judge = CameraJudge(camera, store.edges, calibration, cfg, primary)
+    ref_checks = [WindowCheck(w, s.images - s.errors, s.errors, s.scored, "reference", agreement=window_agreement(s, primary)["agreement"],
+                              det_int8_per_image=window_agreement(s, primary)["det_int8_per_image"], clip_rate=clip_rate(s))
+                  for w, s in windows[:start]]
+    later = confirm_agreement([judge.judge(w, s, ref, ref_windows) for w, s in windows[start:]], cfg.agreement_windows)
+    since = _since(later, cfg.persistence)
+    ref_span = f"{windows[0][0][:10]}..{windows[start - 1][0][:10]}"
+    summary_ref = {"windows": start, "span": ref_span, **window_agreement(ref, primary), "clip_rate": clip_rate(ref), "images": ref.images}
+    if since is None:
+        return CameraCheck(camera, ident["site"], ident["line"], "ok", None, False, "", 0.0, (), summary_ref, {}, tuple(ref_checks + later))
+    after = pooled([s for _, s in windows[start + since:]])
+    reasons, action, severity = _reasons(later, since, ref, after, primary, cfg, calibration_name, ref_span)
+    summary_after = {"windows": len(windows) - start - since, **window_agreement(after, primary), "clip_rate": clip_rate(after), "images": after.images}
+    judged_last = [w for w in later if w.status in ("ok", "alert")]
+    return CameraCheck(camera, ident["site"], ident["line"], "alert", later[since].window, bool(judged_last and judged_last[-1].status == "alert"),
+                       action, severity, tuple(reasons), summary_ref, summary_after, tuple(ref_checks + later))
+
+
+def _rollups(store: ScoreStore, cameras: list[CameraCheck]) -> tuple[dict[str, Any], dict[str, Any]]:
+    def group(kind: str, name: str, cams: list[CameraCheck]) -> dict[str, Any]:
+        s = store.group(kind, name)
+        a = window_agreement(s, store.primary)
+        return {"cameras": len(cams), "cameras_alerting": sum(c.status == "alert" for c in cams), "images": s.images, "scored": s.scored,
+                "errors": s.errors, "agreement": None if a["agreement"] is None else round(a["agreement"], 6),
+                "det_int8_per_image": None if a["det_int8_per_image"] is None else round(a["det_int8_per_image"], 6),
+                "windows_alerting": sum(w.status == "alert" for c in cams for w in c.windows)}
+
+    sites = {site: group("site", site, [c for c in cameras if c.site == site]) for site in sorted({c.site for c in cameras})}
+    return sites, group("fleet", "", cameras)
+
+
+def _verdict(cameras: list[CameraCheck], ranked: list[CameraCheck]) -> str:
+    if not ranked:
+        return f"All {len(cameras)} cameras stable: no image statistic, INT8 agreement or detection rate moved beyond its camera's reference."
+    rec = [c.camera for c in ranked if c.action == "recalibrate"]
+    ins = [c.camera for c in ranked if c.action == "inspect"]
+    parts = []
+    if rec:
+        parts.append(f"{len(rec)} to recalibrate ({', '.join(rec)})")
+    if ins:
+        parts.append(f"{len(ins)} to inspect ({', '.join(ins)})")
+    return f"{len(ranked)} of {len(cameras)} cameras changed: " + "; ".join(parts) + "."
+
+
+def check_fleet(scores: str | os.PathLike[str], calibration_set: str | os.PathLike[str], config: FleetCheckConfig | None = None,
+                *, truth: str | os.PathLike[str] | None = None) -> FleetCheck:
+    """Judge every camera of a scores folder (see the module docstring).
+
+    Args:
+        scores: output folder of ``quantkit fleet score``.
+        calibration_set: the deployed calibration set (the one the scores' histogram edges came from).
+        truth: optional planted-truth JSON (the demo fleet's) to score the alerts against.
+
+    Raises:
+        InputFileError: the scores folder (or truth file) is missing or malformed.
+        CalibrationSetError: the calibration set is not the one the scores were made with.
+    """
+    from ..progress import progress
+
+    cfg = config or FleetCheckConfig()
+    store = ScoreStore(scores)
+    calibration, cal_info = _calibration_counts(calibration_set, store)
+    cameras = [check_camera(store, cam, calibration, cal_info["name"], cfg)
+               for cam in progress(sorted(store.cameras), total=len(store.cameras), desc="fleet check", unit="camera")]
+    ranked = sorted((c for c in cameras if c.status == "alert"), key=lambda c: (c.action != "recalibrate", -c.severity, c.since or "", c.camera))
+    sites, fleet = _rollups(store, cameras)
+    result = FleetCheck(_verdict(cameras, ranked), bool(ranked), store.primary, tuple(cameras), tuple(c.camera for c in ranked), sites, fleet,
+                        cal_info, {"path": str(store.path), "spec_fingerprint": store.summary.get("spec_fingerprint"),
+                                   "models": store.summary.get("models", {}), "manifest_root": str(store.manifest_root)}, cfg.to_dict())
+    if truth is not None:
+        from .truth import evaluate
+
+        result = dataclasses.replace(result, truth=evaluate(result, truth))
+    log.info("fleet check: %s", result.verdict)
+    return result

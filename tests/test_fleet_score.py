@@ -1,0 +1,104 @@
+"""quantkit fleet score: same results with 0 and 2 workers, failed images and killed workers reported, resumable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fleet_fixtures import make_fleet_tree, make_models
+
+from quantkit.fleet import FleetScoreConfig, register_tree, score_fleet
+from quantkit.fleet.store import ScoreStore
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("fleet")
+    paths = make_models(root / "models")
+    tree = make_fleet_tree(root / "images")
+    bad = tree / "site-a" / "a01" / "2025-03-04" / "120000.png"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n broken")  # passes registration only with --verify none
+    register_tree(tree, root / "manifest.parquet", verify="none")
+    return {**paths, "manifest": root / "manifest.parquet", "root": root, "bad": bad}
+
+
+def _score(fleet: dict[str, Path], out: Path, workers: int, **kw) -> object:
+    cfg = FleetScoreConfig(workers=workers, model_every=2, clip_fraction=0.3, **kw)
+    return score_fleet(fleet["manifest"], fleet["intake"], fleet["quantized"], fleet["thresholds"], fleet["calibration_set"], out, cfg)
+
+
+def _rows(out: Path):
+    store = ScoreStore(out)
+    import pandas as pd
+
+    return pd.concat([store.camera_rows(c).assign(camera=c) for c in sorted(store.cameras)], ignore_index=True).drop(columns=["date"])
+
+
+def test_zero_and_two_workers_give_identical_rows_and_summaries(fleet, tmp_path):
+    a = _score(fleet, tmp_path / "w0", workers=0)
+    b = _score(fleet, tmp_path / "w2", workers=2)
+    assert a.shards == b.shards == 12 and a.images == b.images == 37
+    assert a.scored == b.scored > 0
+    ra, rb = _rows(tmp_path / "w0"), _rows(tmp_path / "w2")
+    assert ra.equals(rb)
+    assert ra["scored"].sum() == a.scored and ra["clip_rate"].notna().sum() > 0
+    assert (tmp_path / "w0" / "summary.json").read_bytes() == (tmp_path / "w2" / "summary.json").read_bytes()
+    for f in sorted((tmp_path / "w0" / "shards").glob("*.json")):
+        assert f.read_bytes() == (tmp_path / "w2" / "shards" / f.name).read_bytes()
+
+
+def test_unreadable_image_is_an_error_row_and_counted(fleet, tmp_path):
+    res = _score(fleet, tmp_path / "out", workers=0)
+    assert res.errors == 1 and res.images == 37
+    rows = _rows(tmp_path / "out")
+    bad = rows[rows["error"].notna()]
+    assert list(bad["uri"].str.endswith("a01/2025-03-04/120000.png")) == [True]
+    assert "corrupt or truncated" in bad["error"].iloc[0] or "not an image" in bad["error"].iloc[0]
+    store = ScoreStore(tmp_path / "out")
+    assert store.summary["errors"]["count"] == 1 and store.summary["errors"]["examples"][0]["uri"].endswith("120000.png")
+    assert store.group("camera", "a01").errors == 1 and store.group("fleet", "").errors == 1
+
+
+def test_rerun_skips_done_shards_and_rescores_a_changed_one(fleet, tmp_path):
+    out = tmp_path / "out"
+    first = _score(fleet, out, workers=0)
+    assert first.shards_run == 12
+    again = _score(fleet, out, workers=0)
+    assert (again.shards_run, again.shards_skipped) == (0, 12)
+    # another option (model_every) changes every shard's key: all re-run, the old files are pruned
+    other = _score(fleet, out, workers=0, window_hours=12)
+    assert other.shards_run == 12 and len(list((out / "shards").glob("*.json"))) == 12
+    assert len(list((out / "rows").rglob("*.parquet"))) == 12
+
+
+def test_killed_worker_is_retried_and_reported(fleet, tmp_path):
+    import cloudpickle
+    from distributed import Client, LocalCluster
+
+    import killer_plugin
+
+    cloudpickle.register_pickle_by_value(killer_plugin)
+    marker = tmp_path / "killed"
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, Client(cluster) as client:
+        client.register_plugin(killer_plugin.KillOnce(str(marker)), name="kill-once")
+        cfg = FleetScoreConfig(model_every=2, ort_threads=1)
+        res = score_fleet(fleet["manifest"], fleet["intake"], fleet["quantized"], fleet["thresholds"], fleet["calibration_set"],
+                          tmp_path / "out", cfg, scheduler=cluster.scheduler_address)
+    assert marker.exists()  # a worker really died mid-task
+    assert res.shards_run == 12 and res.images == 37 and res.errors == 1
+    assert len(res.workers_lost) == 1
+    assert _rows(tmp_path / "out").shape[0] == 37
+
+
+def test_cli_score_json_and_bad_scheduler(fleet, tmp_path, capsys):
+    from quantkit.cli.main import main
+
+    args = ["fleet", "score", str(fleet["manifest"]), "--fp32", str(fleet["intake"]), "--quantized", str(fleet["quantized"]),
+            "--thresholds", str(fleet["thresholds"]), "--calibration-set", str(fleet["calibration_set"])]
+    assert main([*args, "--workers", "0", "--out", str(tmp_path / "o"), "--json"]) == 0
+    assert '"shards": 12' in capsys.readouterr().out
+    import dask
+
+    with dask.config.set({"distributed.comm.timeouts.connect": "2s"}):
+        assert main([*args, "--scheduler", "tcp://127.0.0.1:9", "--out", str(tmp_path / "p")]) == 2
+    assert "no Dask scheduler answers" in capsys.readouterr().err
