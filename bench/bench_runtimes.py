@@ -25,8 +25,8 @@ from pathlib import Path
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--intake", default="work/intake")
-    ap.add_argument("--quantized", default="work/quantize/deployed")
+    ap.add_argument("--intake", default="work/ppocr_det/intake")
+    ap.add_argument("--quantized", default="work/ppocr_det/quantize/deployed")
     ap.add_argument("--set", default="site_sets/cam1-day")
     ap.add_argument("--images", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3)
