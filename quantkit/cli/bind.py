@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     for k in sorted(ts.values):
         iq = ts.integer_domain.get(k)
         lines.append(f"  {k:<12} {ts.fp32_values.get(k, float('nan')):>8.4g} {ts.values[k]:>8.4g} "
-                     f"{(str(iq['decision_value']) + ' ' + iq['dtype']) if iq else '-':>15}")
+                     f"{(str(iq.decision_value) + ' ' + iq.dtype) if iq else '-':>15}")
     for key in ("pixel_iou_vs_fp32",):
         if key in op:
             lines.append(f"  pixel IoU vs FP32: chosen {_fmt(op[key].get('chosen'))}, at FP32 thresholds {_fmt(op[key].get('fp32_thresholds'))}")
