@@ -50,20 +50,28 @@ def test_compose_errors_write_nothing(env, tmp_path, capsys, args, msg):
 
 def test_fallback_cli_meets_target_and_reports_each_set(env, tmp_path, capsys):
     root, intake, a, b = env
+    params = tmp_path / "params.yaml"
+    params.write_text("fallback:\n  target: 0.9\n  latency: {threads: [1], repeats: 3, warmup: 0}\n"
+                      "thresholds:\n  adapter: db_text\n  options: {thresh: 0.5}\nquantize: {method: minmax}\n")
     rc = main(["fallback", str(intake), "--calibration-set", str(a), "--reference-set", str(a), "--reference-set", str(b),
-               "--target", "0.999", "--thresh", "0.5", "--out", str(tmp_path / "fb")])
+               "--params", str(params), "--target", "0.999", "--out", str(tmp_path / "fb")])
     out = capsys.readouterr().out
     saved = json.loads((tmp_path / "fb" / "fallback.json").read_text())
-    assert rc == (0 if saved["met"] else 1)
-    assert f"-> {saved['metric_after']:.4f}" in out and "  a " in out and "  b " in out
+    assert rc == (0 if saved["met"] else 1) and saved["target"] == 0.999 and saved["metric"] == "pixel_iou(thresh=0.5)"
+    assert f"-> {saved['metric_after']:.4f}" in out and "  a " in out and "  b " in out and "latency onnxruntime 1 thread" in out
     assert set(saved["metric_after_per_set"]) == {"a", "b"} and (tmp_path / "fb" / "model_int8.onnx").is_file()
+    # from that output as a base: its ranges are reused, no calibration set needed
+    rc = main(["fallback", str(intake), "--base", str(tmp_path / "fb"), "--reference-set", str(a), "--params", str(params),
+               "--out", str(tmp_path / "fb2"), "--json"])
+    again = json.loads(capsys.readouterr().out)
+    assert rc == 0 and again["base_record_fingerprint"] == saved["record_fingerprint"]
 
 
 def test_fallback_cli_bad_target(env, tmp_path, capsys):
     root, intake, a, b = env
     assert main(["fallback", str(intake), "--calibration-set", str(a), "--reference-set", str(a), "--target", "95",
                  "--out", str(tmp_path / "fb")]) == 2
-    assert "--target 95.0: pixel IoU targets lie in (0, 1]" in capsys.readouterr().err
+    assert "fallback.target: 95.0 must lie in (0, 1]" in capsys.readouterr().err
     assert not (tmp_path / "fb").exists()
 
 
@@ -73,10 +81,10 @@ def test_compose_refuses_a_folder_inside_a_registered_set(env, capsys):
     assert "inside the registered set" in capsys.readouterr().err and not (a / "images" / "nested").exists()
 
 
-@pytest.mark.parametrize("flag, value, msg", [("--thresh", "2", "its threshold lies in (0, 1)"), ("--thresh", "nan", "its threshold lies in (0, 1)"),
-                                              ("--max-reference-images", "0", "give at least 1")])
-def test_fallback_cli_rejects_bad_threshold_and_counts(env, tmp_path, capsys, flag, value, msg):
+@pytest.mark.parametrize("args, msg", [(["--max-reference-images", "0"], "max_reference_images: 0 must be >= 1"),
+                                       ([], "pass --base DIR (a quantize output) or --calibration-set DIR")])
+def test_fallback_cli_rejects_bad_counts_and_missing_inputs(env, tmp_path, capsys, args, msg):
     root, intake, a, b = env
-    assert main(["fallback", str(intake), "--calibration-set", str(a), "--reference-set", str(a), flag, value,
+    assert main(["fallback", str(intake), "--reference-set", str(a), *args, *([] if not args else ["--calibration-set", str(a)]),
                  "--out", str(tmp_path / "fb")]) == 2
     assert msg in capsys.readouterr().err and not (tmp_path / "fb").exists()

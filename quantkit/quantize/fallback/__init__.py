@@ -1,0 +1,29 @@
+"""Automatic precision fallback: keep the fewest nodes of an 8-bit model in float (or 16 bits) until its
+agreement with FP32 reaches a target on every reference set, then time it against FP32.
+
+Modules: :mod:`.config` (:class:`FallbackConfig`, params ``fallback``), :mod:`.metric` (agreement metrics,
+:func:`agreement_metric`), :mod:`.graph` (node names, islands, Q/DQ transitions), :mod:`.search` (search
+strategies as plain functions), :mod:`.candidates` (build and score candidates on cached FP32 outputs),
+:mod:`.latency` (interleaved timing per runtime and thread count), :mod:`.result` (``fallback.json``),
+:mod:`.run` (:func:`precision_fallback`). Imported lazily: reading a result loads no runtime.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_WHERE = {
+    "FallbackConfig": "config", "FallbackResult": "result", "KeptNode": "result", "LatencyRow": "result", "Round": "result",
+    "RecoveryStep": "result", "LatencyConfig": "latency", "measure_latency": "latency", "interleaved_latency": "latency",
+    "Metric": "metric", "agreement_metric": "metric", "pixel_iou": "metric", "decision_f1": "metric",
+    "precision_fallback": "run", "rank_sensitivity": "search",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+    raise AttributeError(name)

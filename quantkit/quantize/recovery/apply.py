@@ -1,0 +1,107 @@
+"""Run the enabled recovery techniques in order and record what each did."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ...artifacts.record import CalibrationRecord
+from ..config import StaticQuantConfig
+from ..fallback.result import RecoveryStep
+from .config import RecoveryConfig
+
+log = logging.getLogger(__name__)
+
+Measure = Callable[[Any, CalibrationRecord, StaticQuantConfig], float]
+"""``measure(float model, record with ranges, quantization config) -> worst-set metric`` of the all-8-bit model."""
+
+
+@dataclasses.dataclass
+class Recovered:
+    """The float model, the record whose ranges it is quantized from, the quantization config, and the steps."""
+
+    model: Any
+    record: CalibrationRecord
+    config: StaticQuantConfig
+    steps: list[RecoveryStep]
+
+
+def apply_recovery(model: Any, record: CalibrationRecord, config: StaticQuantConfig, recovery: RecoveryConfig, *,
+                   images: Sequence[np.ndarray] = (), input_name: str = "", measure: Measure | None = None,
+                   metric_before: float | None = None) -> Recovered:
+    """Apply ``recovery``'s techniques to a copy of ``model`` (``onnx.ModelProto``, every node named).
+
+    Args:
+        record: the base calibration record (its ``calibrated_ranges`` are the ranges the model is
+            quantized from; rewrites that create tensors add theirs).
+        config: the base quantization config (range search adds ``tensor_overrides``).
+        images: calibration inputs (model input arrays) for the data-driven techniques.
+        measure: scores the all-8-bit model after each technique (None: not measured).
+        metric_before: the base model's metric (the first step's ``metric_before``).
+
+    Raises:
+        ConfigError: a data-driven technique is on and ``images`` is empty.
+    """
+    from ...errors import ConfigError
+
+    m = type(model)()
+    m.CopyFrom(model)
+    out = Recovered(m, record, config, [])
+    if recovery.needs_images and not len(images):
+        raise ConfigError("fallback.recovery: range_search and bias_correction read calibration images; give the fallback a calibration set")
+    before = metric_before
+    for name, on, run in (("fold_affine", recovery.fold_affine, _fold), ("equalization", recovery.equalization, _equalize),
+                          ("range_search", recovery.range_search, _ranges), ("bias_correction", recovery.bias_correction, _bias)):
+        if not on:
+            continue
+        detail = run(out, recovery, images, input_name)
+        after = measure(out.model, out.record, out.config) if measure is not None else None
+        out.steps.append(RecoveryStep(name=name, detail=detail, metric_before=before, metric_after=after))
+        log.info("recovery %s: %s; metric %s -> %s", name, detail, before, after)
+        before = after
+    return out
+
+
+def _fold(out: Recovered, rc: RecoveryConfig, images: Sequence[np.ndarray], input_name: str) -> dict[str, Any]:
+    from .fold import fold_conv_affine, hardswish_as_hardsigmoid, new_ranges
+
+    n0 = len(out.model.graph.node)
+    affine = fold_conv_affine(out.model)
+    hswish = hardswish_as_hardsigmoid(out.model)
+    ranges = dict(out.record.calibrated_ranges)
+    added = new_ranges(out.model, ranges)
+    out.record = dataclasses.replace(out.record, calibrated_ranges={**ranges, **added})
+    return {"affine_nodes_folded": len(affine), "hardswish_rewritten": len(hswish), "nodes_before": n0, "nodes_after": len(out.model.graph.node)}
+
+
+def _equalize(out: Recovered, rc: RecoveryConfig, images: Sequence[np.ndarray], input_name: str) -> dict[str, Any]:
+    from .equalize import equalize_pairs
+
+    pairs = equalize_pairs(out.model)
+    return {"pairs": len(pairs), "nodes": [list(p) for p in pairs[:20]]}
+
+
+def _ranges(out: Recovered, rc: RecoveryConfig, images: Sequence[np.ndarray], input_name: str) -> dict[str, Any]:
+    from .ranges import search_ranges
+
+    chosen, counts = search_ranges(out.model, out.record, out.config, images[: rc.images], input_name, rc.range_candidates)
+    ov = {k: v.to_dict() for k, v in out.config.tensor_overrides.items()}
+    for t, (lo, hi) in chosen.items():
+        if t not in ov:
+            ov[t] = {"rmin": lo, "rmax": hi}
+    out.config = out.config.replace(tensor_overrides=ov)
+    return {"tensors": len(chosen), "chosen": counts}
+
+
+def _bias(out: Recovered, rc: RecoveryConfig, images: Sequence[np.ndarray], input_name: str) -> dict[str, Any]:
+    from .bias import correct_bias
+
+    changed, shift = correct_bias(out.model, out.config, images[: rc.images], input_name)
+    return {"convolutions": changed, "mean_abs_shift": shift}
+
+
+__all__ = ["Measure", "Recovered", "apply_recovery"]

@@ -1,0 +1,1 @@
+"""Cross-layer equalization (placeholder until implemented)."""
