@@ -28,8 +28,8 @@ def register(subparsers: Any) -> None:
                               "pixel IoU of the binarized map for db_text). Start from a quantize output (--base) or quantize first "
                               "(--calibration-set, options from --quantize-section).")
     p.add_argument("intake", help="intake folder (model.onnx + export_note.json)")
-    p.add_argument("--reference-set", required=True, action="append", metavar="DIR",
-                   help="reference set the metric is measured on; repeat for each condition (the worst set counts)")
+    p.add_argument("--reference-set", required=True, action="extend", nargs="+", metavar="DIR",
+                   help="reference sets the metric is measured on, one per condition (the worst set counts)")
     p.add_argument("--base", metavar="DIR", help="quantize output to start from (model_int8.onnx + record.json; its ranges are reused)")
     p.add_argument("--calibration-set", metavar="DIR", help="without --base: quantize on this set first; with recovery: the images it reads")
     p.add_argument("--deployed", metavar="DIR", help="deployed quantize output, timed beside the result")

@@ -75,7 +75,8 @@ def _search(config: FallbackConfig, model: Any, names: list[str], probe: Prober,
     """Run the configured search; ``(kept or None when nothing met the target, reasons, window)``."""
     if config.search == "bisect":
         limit = len(names) if config.max_kept is None else min(config.max_kept, len(names))
-        window = bisect_window(names, probe, limit=limit, full_meets=config.strategy == "float" and limit == len(names))
+        window = bisect_window(names, probe, limit=limit, full_meets=config.strategy == "float" and limit == len(names),
+                               find_start=config.prune == 0)
         if window is None:
             return None, {}, None
 

@@ -6,7 +6,7 @@ the target" means; the strategies only order the candidates.
 
 * :func:`bisect_window`: Polygraphy's ``debug precision`` bisection (NVIDIA TensorRT tools) over the nodes
   in graph order: the shortest prefix ``nodes[:k]`` that meets the target (binary search on ``k``), then the
-  latest start ``j`` such that ``nodes[j:k]`` still does. About ``2 log2(n)`` rounds. It assumes promoting
+  latest start ``j`` such that ``nodes[j:k]`` still does (skipped when pruning follows). At most ``2 log2(n)`` rounds. It assumes promoting
   more of the graph does not lower the metric (not exactly true; every answer is a measured candidate).
 * :func:`prune_window`: hand blocks of the window back to 8 bits while the target holds, when that lowers
   the cost (promoted nodes + ``transition_cost`` x Q/DQ edges, :func:`.graph.transitions`): one round per
@@ -29,7 +29,7 @@ Probe = Callable[[Sequence[str], Mapping[str, Any]], Round]
 Cost = Callable[[Sequence[str]], float]
 
 
-def bisect_window(names: Sequence[str], probe: Probe, *, limit: int, full_meets: bool) -> tuple[int, int] | None:
+def bisect_window(names: Sequence[str], probe: Probe, *, limit: int, full_meets: bool, find_start: bool = True) -> tuple[int, int] | None:
     """The window ``(j, k)`` of :func:`bisect_window`'s module description, or None when even
     ``names[:limit]`` misses the target.
 
@@ -38,6 +38,8 @@ def bisect_window(names: Sequence[str], probe: Probe, *, limit: int, full_meets:
         limit: longest prefix considered (``max_kept``).
         full_meets: the caller knows ``names[:limit]`` meets the target (every node in float is the FP32
             model itself); otherwise that round is measured first.
+        find_start: also bisect for the latest start ``j`` (else ``j = 0``: when :func:`prune_window` follows,
+            its first blocks test the same starts, one round each, and a second bisection mostly repeats them).
     """
     if limit < 1:
         return None
@@ -51,6 +53,8 @@ def bisect_window(names: Sequence[str], probe: Probe, *, limit: int, full_meets:
         else:
             lo = mid
     k = hi
+    if not find_start:
+        return 0, k
     lo, hi = 0, k  # names[lo:k] meets, names[hi:k] (empty at hi = k) misses
     while hi - lo > 1:
         mid = (lo + hi) // 2

@@ -89,11 +89,8 @@ def _ranges(out: Recovered, rc: RecoveryConfig, images: Sequence[np.ndarray], in
     from .ranges import search_ranges
 
     chosen, counts = search_ranges(out.model, out.record, out.config, images[: rc.images], input_name, rc.range_candidates)
-    ov = {k: v.to_dict() for k, v in out.config.tensor_overrides.items()}
-    for t, (lo, hi) in chosen.items():
-        if t not in ov:
-            ov[t] = {"rmin": lo, "rmax": hi}
-    out.config = out.config.replace(tensor_overrides=ov)
+    # the candidates are quantized from the record's calibrated ranges: the chosen ones replace them there
+    out.record = dataclasses.replace(out.record, calibrated_ranges={**out.record.calibrated_ranges, **chosen})
     return {"tensors": len(chosen), "chosen": counts}
 
 
