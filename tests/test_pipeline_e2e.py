@@ -34,6 +34,8 @@ def reduced_params() -> dict:
     counts = {"calibration": 8, "reference": 6, "site": 6}
     for spec in params["demo"]["sets"].values():
         spec["count"] = counts[spec["kind"]]
+    params["candidate"]["images_per_set"] = 4
+    params["fallback"]["latency"]["repeats"] = 3
     return params
 
 
@@ -81,6 +83,28 @@ def test_changing_method_reruns_only_calibration_and_downstream(pipeline: Path):
     changed = {name.split("@")[0] for name in status}
     assert "quantize" in changed
     assert not changed & {"demo_model", "demo_set", "intake"}
+
+
+def test_candidate_is_the_recommended_recalibration_and_its_target_reruns_only_the_fallback(pipeline: Path):
+    composed = json.loads((pipeline / "work" / "calibsets" / "candidate" / "manifest.json").read_text())
+    names = [c["name"] for c in composed["generator"]["composition"]]
+    assert names[0] == "cam1-day" and set(names) <= {"cam1-day", "cam1-night"}  # the deployed set + the flagged conditions' sets
+    fb = json.loads((pipeline / "work" / "quantize" / "candidate" / "fallback.json").read_text())
+    record = json.loads((pipeline / "work" / "quantize" / "candidate" / "record.json").read_text())
+    thresholds = json.loads((pipeline / "work" / "thresholds" / "candidate.json").read_text())
+    assert fb["record_fingerprint"] == record["fingerprint"] == thresholds["binding"]["record_fingerprint"]
+    assert {s["name"] for s in fb["reference_sets"]} == {"cam1-day", "cam1-night"} and fb["latency"]
+    params_path = pipeline / "params.yaml"
+    original = params_path.read_text()
+    params = yaml.safe_load(original)
+    params["fallback"]["target"] = 0.5
+    params_path.write_text(yaml.safe_dump(params, sort_keys=False))
+    try:
+        dry = _run(["dvc", "repro", "--dry"], pipeline)
+    finally:
+        params_path.write_text(original)
+    ran = {line.split("'")[1].split("@")[0] for line in dry.stdout.splitlines() if line.startswith("Running stage")}
+    assert "fallback" in ran and not ran & {"compose_candidate", "quantize_candidate", "quantize", "intake", "demo_set", "drift"}
 
 
 def test_dvc_exp_run_over_calibration_methods(pipeline: Path):

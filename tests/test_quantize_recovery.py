@@ -142,12 +142,33 @@ def test_fallback_records_each_recovery_step(tmp_path):
     cset = make_set(tmp_path / "set", 3, size=24)
     quantize(intake, StaticQuantConfig(per_channel=True), out=tmp_path / "base", calibration_set=cset)
     config = FallbackConfig.from_dict({"target": 0.5, "latency": {"threads": [1], "repeats": 3, "warmup": 0},
-                                       "recovery": {"fold_affine": True, "equalization": True, "range_search": True, "bias_correction": True, "images": 2}})
+                                       "recovery": {"fold_affine": True, "equalization": True, "adaround": True, "adaround_iterations": 20,
+                                                                    "range_search": True, "bias_correction": True, "images": 2}})
     r = precision_fallback(intake, config, reference_sets=[cset], out=tmp_path / "fb", base=tmp_path / "base", calibration_set=cset)
-    assert [s.name for s in r.recovery] == ["fold_affine", "equalization", "range_search", "bias_correction"]
+    assert [s.name for s in r.recovery] == ["fold_affine", "equalization", "adaround", "range_search", "bias_correction"]
     assert r.recovery[0].detail["affine_nodes_folded"] == 2 and r.recovery[0].detail["hardswish_rewritten"] == 1
     assert all(s.metric_after is not None for s in r.recovery) and r.recovery[0].metric_before is not None
     assert [s.metric_before for s in r.recovery[1:]] == [s.metric_after for s in r.recovery[:-1]]
     assert r.metric_before == r.recovery[-1].metric_after  # the search starts from the recovered model
     q = onnx.load(str(tmp_path / "fb" / "model_int8.onnx"))
     assert "HardSigmoid" in {n.op_type for n in q.graph.node} and "Div" not in {n.op_type for n in q.graph.node}
+
+
+def test_adaround_lowers_the_output_error_and_keeps_the_scales(tmp_path):
+    from quantkit.quantize.recovery.adaround import adaround
+
+    w = RNG.normal(0, 0.5, (6, 3, 3, 3)).astype(np.float32)
+    m = _model([helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1])], [_c("w", w)], [1, 6, 8, 8])
+    images = [RNG.normal(0, 1, (1, 3, 8, 8)).astype(np.float32) for _ in range(3)]
+    info = adaround(m, StaticQuantConfig(per_channel=True), images, "x", iterations=200, positions=64)
+    assert info["layers"] == 1 and info["of"] == 1 and info["relative_error"] < 1.0
+    w2 = numpy_helper.to_array(next(i for i in m.graph.initializer if i.name == m.graph.node[0].input[0 + 1]))
+    np.testing.assert_allclose(np.abs(w2).reshape(6, -1).max(1), np.abs(w).reshape(6, -1).max(1), rtol=1e-6)  # scales frozen
+    s = np.abs(w).reshape(6, -1).max(1).reshape(-1, 1, 1, 1) / 127
+    np.testing.assert_allclose(w2 / s, np.round(w2 / s), atol=1e-3)  # on ORT's grid: quantizing reproduces the choice
+    nearest = fake_quant_weight(w, per_channel=True)
+    err = [np.mean((_run(m, x) - _run(_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], [_c("w", w)], [1, 6, 8, 8]), x)) ** 2)
+           for x in images]
+    ref = [np.mean((_run(_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], [_c("w", nearest)], [1, 6, 8, 8]), x)
+                    - _run(_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], [_c("w", w)], [1, 6, 8, 8]), x)) ** 2) for x in images]
+    assert np.mean(err) < np.mean(ref)  # lower output error than rounding to nearest on the images it saw

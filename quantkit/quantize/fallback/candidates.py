@@ -204,5 +204,9 @@ class Prober:
                 self.on_round()
         return self.seen[key].round
 
+    def key_of(self, measured: Measured) -> tuple[str, ...]:
+        """The kept set of a measured candidate."""
+        return next(k for k, v in self.seen.items() if v is measured)
+
 
 __all__ = ["Builder", "Measured", "Prober", "ReferenceData", "Score", "Scorer", "load_references"]

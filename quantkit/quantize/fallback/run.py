@@ -70,7 +70,7 @@ def _calibration_images(rec: CalibrationRecord, calibration_set: Any, note: Any,
     return [x for _, x in reader.iter_batches()]
 
 
-def _search(config: FallbackConfig, model: Any, names: list[str], probe: Prober, refs: ReferenceData, fp32_path: Path,
+def _search(config: FallbackConfig, model: Any, names: list[str], probe: Prober, refs: ReferenceData, work: Path,
             base_model: Path, base_rec: CalibrationRecord) -> tuple[list[str] | None, dict[str, str], tuple[int, int] | None]:
     """Run the configured search; ``(kept or None when nothing met the target, reasons, window)``."""
     if config.search == "bisect":
@@ -87,6 +87,8 @@ def _search(config: FallbackConfig, model: Any, names: list[str], probe: Prober,
         return kept, why, window
     from ..compare import compare_layers
 
+    fp32_path = work / "float.onnx"
+    fp32_path.write_bytes(model.SerializeToString())
     table = compare_layers(fp32_path, base_model, base_rec, [x for f in refs.feeds for x in f])
     order = rank_sensitivity(model, table)
     limit = min(48 if config.max_kept is None else config.max_kept, len(order))
@@ -137,7 +139,6 @@ def precision_fallback(intake: str | Path, config: FallbackConfig, *, reference_
             is left as it was.
     """
     from ..engine import MODEL_FILE, RECORD_FILE, load_intake
-    from ..recovery.apply import apply_recovery
 
     t0 = time.perf_counter()
     metric = metric or agreement_metric()
@@ -147,54 +148,40 @@ def precision_fallback(intake: str | Path, config: FallbackConfig, *, reference_
         log.info("fallback: %d unnamed nodes named <op_type>_<index> (graph order)", renamed)
     digest = sha256_file(model_path)
     refs = load_references(reference_sets, note, model_path, config.max_reference_images)
-    dep_model = None if deployed is None else (Path(deployed) / MODEL_FILE if Path(deployed).is_dir() else Path(deployed))
     with tempfile.TemporaryDirectory(prefix="quantkit-fallback-") as work_s:
         work = Path(work_s)
         base_model, base_rec, qconfig = _base(Path(intake), model, model_path, note, digest, work, base, quantize_config, calibration_set)
         scorer = Scorer(refs, metric, config.target, early_stop=config.early_stop)
-        base_score = scorer.score(base_model, full=True)
-        rec_images = _calibration_images(base_rec, calibration_set, note, config.recovery.images) if config.recovery.needs_images else []
-
-        def measure(m: Any, r: CalibrationRecord, c: StaticQuantConfig) -> float:
-            return Prober(Builder(m, model_path, note, c, r, "float", work / f"recovery{len(list(work.iterdir()))}"), scorer, "nodes")([], {}, full=True).metric
-
-        rec = apply_recovery(model, base_rec, qconfig, config.recovery, images=rec_images, input_name=refs.input_name,
-                             measure=measure if config.recovery.any else None, metric_before=base_score.metric)
+        rec = _recover(config, model, model_path, note, base_model, base_rec, qconfig, calibration_set, scorer, work)
         names = check_names(rec.model)
-        fp32_path = work / "float.onnx"
-        fp32_path.write_bytes(rec.model.SerializeToString())
         units = "nodes" if config.search == "bisect" else "tensors"
         total = bisect_rounds(len(names), config.prune) if config.search == "bisect" else -(-min(48, len(names)) // config.step)
         bar = iter(progress(range(total + 1), total=total + 1, desc="fallback", unit="round"))
         probe = Prober(Builder(rec.model, model_path, note, rec.config, rec.record, config.strategy, work / "rounds"), scorer, units,
                        on_round=lambda: next(bar, None))
         r0 = probe([], {}, full=True)
-        chosen, why, window = (list(), {}, None) if r0.met else _search(config, rec.model, names, probe, refs, fp32_path, base_model, base_rec)
+        if rec.steps:  # the last step's model is the one round 0 measured
+            rec.steps[-1] = dataclasses.replace(rec.steps[-1], metric_after=r0.metric)
+        chosen, why, window = (list(), {}, None) if r0.met else _search(config, rec.model, names, probe, refs, work, base_model, base_rec)
         for _ in bar:
             pass
-        if chosen is None:  # target missed: the highest metric among fully measured rounds, fewest promoted on ties
-            done = {k: v for k, v in probe.seen.items() if v.round.complete} or probe.seen
-            key = max(done, key=lambda k: (done[k].round.metric, -len(k)))
-            chosen, why = list(key), {n: "the target was not met; this candidate had the highest metric" for n in key}
-        probe(chosen, {"window": list(window)} if window else {})  # measured already, except the all-float window
-        final = probe.seen[tuple(chosen)]
-        final_score = scorer.score(final.folder / MODEL_FILE, full=True)
+        final, final_score, why = _final(probe, scorer, chosen, why, window)
         t_search = time.perf_counter() - t0
-        models = {"fp32": model_path, "base": base_model, "candidate": final.folder / MODEL_FILE}
-        if dep_model is not None:
-            models["deployed"] = dep_model
+        models = {"fp32": model_path, "base": probe.seen[()].folder / MODEL_FILE, "candidate": final.folder / MODEL_FILE}
+        if deployed is not None:
+            models["deployed"] = Path(deployed) / MODEL_FILE if Path(deployed).is_dir() else Path(deployed)
         lat = _latency(config, refs, models)
+        chosen = list(probe.key_of(final))
         promoted = chosen if units == "nodes" else nodes_of_tensors(rec.model, chosen)
         index = {n.name: (i, n.op_type) for i, n in enumerate(rec.model.graph.node)}
-        kept = tuple(KeptNode(name=n, index=index[n][0] if n in index else -1, op_type=index[n][1] if n in index else "tensor",
-                              reason=why.get(n, "")) for n in chosen)
-        record = dataclasses.replace(final.record, calibration={**final.record.calibration,
-                                                                "recovery": [s.to_dict() for s in rec.steps],
+        record = dataclasses.replace(final.record, calibration={**final.record.calibration, "recovery": [s.to_dict() for s in rec.steps],
                                                                 "fallback": {"target": config.target, "metric": describe(metric), "promoted": len(chosen)}})
         result = FallbackResult(
             met=final_score.metric >= config.target, target=config.target, metric=describe(metric), strategy=config.strategy,
             search=config.search, metric_before=r0.metric, metric_after=final_score.metric, metric_before_per_set=dict(r0.per_set),
-            metric_after_per_set=dict(final_score.per_set), reference_sets=tuple(refs.sets), kept=kept,
+            metric_after_per_set=dict(final_score.per_set), reference_sets=tuple(refs.sets),
+            kept=tuple(KeptNode(name=n, index=index[n][0] if n in index else -1, op_type=index[n][1] if n in index else "tensor",
+                                reason=why.get(n, "")) for n in chosen),
             islands=tuple(islands(names, promoted)), transitions=transitions(rec.model, promoted), rounds=tuple(probe.rounds), latency=lat,
             record_fingerprint=record.fingerprint, base_record_fingerprint=base_rec.fingerprint, model_digest=digest, window=window,
             slower_than_fp32=tuple(f"{r.runtime}@{r.threads}" for r in lat if r.candidate_ms >= r.fp32_ms), recovery=tuple(rec.steps),
@@ -204,6 +191,49 @@ def precision_fallback(intake: str | Path, config: FallbackConfig, *, reference_
             record.save(tmp / RECORD_FILE)
             result.save(tmp / FallbackResult.FILENAME)
     return result
+
+
+def _recover(config: FallbackConfig, model: Any, model_path: Path, note: Any, base_model: Path, base_rec: CalibrationRecord,
+             qconfig: StaticQuantConfig, calibration_set: Any, scorer: Scorer, work: Path) -> Any:
+    """Apply the recovery techniques; each step but the last is scored here (round 0 scores the last)."""
+    from ..recovery.apply import apply_recovery
+
+    rc = config.recovery
+    if not rc.any:
+        return apply_recovery(model, base_rec, qconfig, rc)
+    images = _calibration_images(base_rec, calibration_set, note, rc.images) if rc.needs_images else []
+    from ..recovery.apply import STEPS
+
+    last = sum(bool(getattr(rc, name)) for name, _ in STEPS)
+    done = []
+
+    def measure(m: Any, r: CalibrationRecord, c: StaticQuantConfig) -> float | None:
+        done.append(1)
+        if len(done) == last:
+            return None
+        b = Builder(m, model_path, note, c, r, "float", work / f"recovery{len(done)}")
+        return Prober(b, scorer, "nodes")([], {}, full=True).metric
+
+    before = scorer.score(base_model, full=True).metric
+    return apply_recovery(model, base_rec, qconfig, rc, images=images, input_name=scorer.refs.input_name, measure=measure, metric_before=before)
+
+
+def _final(probe: Prober, scorer: Scorer, chosen: list[str] | None, why: dict[str, str],
+           window: tuple[int, int] | None) -> tuple[Any, Any, dict[str, str]]:
+    """The candidate to write, its full score and the reasons; when nothing met the target, the one with the
+    highest metric among fully measured rounds (fewest promoted on ties)."""
+    from .candidates import Score
+
+    if chosen is None:
+        done = {k: v for k, v in probe.seen.items() if v.round.complete} or probe.seen
+        key = max(done, key=lambda k: (done[k].round.metric, -len(k)))
+        chosen, why = list(key), {n: "the target was not met; this candidate had the highest metric" for n in key}
+    probe(chosen, {"window": list(window)} if window else {})  # measured already, except the all-float window
+    final = probe.seen[tuple(chosen)]
+    r = final.round
+    if r.complete:
+        return final, Score(r.metric, r.worst_set, dict(r.per_set), True, r.images), why
+    return final, scorer.score(final.folder / "model_int8.onnx", full=True), why
 
 
 __all__ = ["precision_fallback"]

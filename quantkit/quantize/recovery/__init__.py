@@ -3,6 +3,7 @@ so fewer nodes need float. Each is one option of :class:`RecoveryConfig` and one
 
 * :mod:`.fold`: fold constant affine nodes into convolutions, hard-swish as ``x * HardSigmoid(x)``;
 * :mod:`.equalize`: cross-layer equalization;
+* :mod:`.adaround`: adaptive rounding of the weights, scales frozen;
 * :mod:`.ranges`: per-tensor choice of the calibration range;
 * :mod:`.bias`: bias correction of weight-quantization error.
 

@@ -16,8 +16,9 @@ from .config import RecoveryConfig
 
 log = logging.getLogger(__name__)
 
-Measure = Callable[[Any, CalibrationRecord, StaticQuantConfig], float]
-"""``measure(float model, record with ranges, quantization config) -> worst-set metric`` of the all-8-bit model."""
+Measure = Callable[[Any, CalibrationRecord, StaticQuantConfig], "float | None"]
+"""``measure(float model, record with ranges, quantization config) -> worst-set metric`` of the all-8-bit model
+(None: not measured here)."""
 
 
 @dataclasses.dataclass
@@ -52,11 +53,10 @@ def apply_recovery(model: Any, record: CalibrationRecord, config: StaticQuantCon
     m.CopyFrom(model)
     out = Recovered(m, record, config, [])
     if recovery.needs_images and not len(images):
-        raise ConfigError("fallback.recovery: range_search and bias_correction read calibration images; give the fallback a calibration set")
+        raise ConfigError("fallback.recovery: adaround, range_search and bias_correction read calibration images; give the fallback a calibration set")
     before = metric_before
-    for name, on, run in (("fold_affine", recovery.fold_affine, _fold), ("equalization", recovery.equalization, _equalize),
-                          ("range_search", recovery.range_search, _ranges), ("bias_correction", recovery.bias_correction, _bias)):
-        if not on:
+    for name, run in STEPS:
+        if not getattr(recovery, name):
             continue
         detail = run(out, recovery, images, input_name)
         after = measure(out.model, out.record, out.config) if measure is not None else None
@@ -64,6 +64,12 @@ def apply_recovery(model: Any, record: CalibrationRecord, config: StaticQuantCon
         log.info("recovery %s: %s; metric %s -> %s", name, detail, before, after)
         before = after
     return out
+
+
+def _adaround(out: Recovered, rc: RecoveryConfig, images: Sequence[np.ndarray], input_name: str) -> dict[str, Any]:
+    from .adaround import adaround
+
+    return adaround(out.model, out.config, images[: rc.images], input_name, iterations=rc.adaround_iterations)
 
 
 def _fold(out: Recovered, rc: RecoveryConfig, images: Sequence[np.ndarray], input_name: str) -> dict[str, Any]:
@@ -101,4 +107,7 @@ def _bias(out: Recovered, rc: RecoveryConfig, images: Sequence[np.ndarray], inpu
     return {"convolutions": changed, "mean_abs_shift": shift}
 
 
-__all__ = ["Measure", "Recovered", "apply_recovery"]
+STEPS = (("fold_affine", _fold), ("equalization", _equalize), ("adaround", _adaround), ("range_search", _ranges), ("bias_correction", _bias))
+"""The techniques in the order they run: ``(RecoveryConfig field, step)``."""
+
+__all__ = ["Measure", "Recovered", "STEPS", "apply_recovery"]

@@ -29,6 +29,9 @@ class RecoveryConfig(Config):
             ``TensorQuantOverrides`` ``rmin`` / ``rmax`` (:mod:`.ranges`).
         range_candidates: candidate ranges: ``minmax`` (the calibrated range) and ``p<percentile>`` (the
             two-sided percentile of the activation values over the sample, e.g. ``p99.99``).
+        adaround: round each convolution's weights up or down to minimise its output error on ``images``
+            calibration images, scales frozen (Nagel et al. 2020, "Up or Down? Adaptive Rounding for Post-Training
+            Quantization"; :mod:`.adaround`), ``adaround_iterations`` Adam steps per layer.
         bias_correction: subtract the expected output error that weight quantization adds to each
             convolution, ``(W_q - W) E[x]`` per output channel, from its bias (Nagel et al. 2019, sec. 4.2;
             ``E[x]`` from ``images`` calibration images; :mod:`.bias`).
@@ -41,10 +44,14 @@ class RecoveryConfig(Config):
     equalization: bool = False
     range_search: bool = False
     range_candidates: tuple[str, ...] = ("minmax", "p99.99", "p99.999")
+    adaround: bool = False
+    adaround_iterations: int = 300
     bias_correction: bool = False
     images: int = 8
 
     def validate(self) -> None:
+        if self.adaround_iterations < 1:
+            raise ConfigError(f"fallback.recovery.adaround_iterations: {self.adaround_iterations} must be >= 1")
         if self.images < 1:
             raise ConfigError(f"fallback.recovery.images: {self.images} must be >= 1")
         for c in self.range_candidates:
@@ -62,12 +69,12 @@ class RecoveryConfig(Config):
     @property
     def any(self) -> bool:
         """Whether any technique is on."""
-        return self.fold_affine or self.equalization or self.range_search or self.bias_correction
+        return self.fold_affine or self.equalization or self.adaround or self.range_search or self.bias_correction
 
     @property
     def needs_images(self) -> bool:
         """Whether a technique reads calibration images."""
-        return self.range_search or self.bias_correction
+        return self.adaround or self.range_search or self.bias_correction
 
 
 __all__ = ["RecoveryConfig"]
