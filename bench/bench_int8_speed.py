@@ -16,7 +16,8 @@ order; medians) at each ``--threads`` count:
 Session options (``--session-options``) are timed for ``fp32`` and the ``--session-variant`` model: ORT's default,
 ``session.intra_op.allow_spinning = 0`` and graph optimization level ``extended``. With ``--profile``, ORT's own
 profiler (``SessionOptions.enable_profiling``) gives node time summed per op type (mean per run) for the fp32,
-int8 and int8-folded models at each thread count.
+int8 and int8-folded models at each thread count, and per op type the share of node runs whose work ORT split over
+the intra-op thread pool (``split_share``: 0 means the kernel never used the second thread).
 
 Usage::
 
@@ -131,13 +132,19 @@ def profile(model: Path, threads: int, feed: dict[str, Any], runs: int) -> dict[
         events = json.loads(Path(s.end_profiling()).read_text())
     by: dict[str, float] = collections.defaultdict(float)
     count: collections.Counter[str] = collections.Counter()
+    split: collections.Counter[str] = collections.Counter()
     for e in events:
         if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
             op = e["args"].get("op_name", "?")
             by[op] += e["dur"] / 1000.0 / runs
             count[op] += 1
+            # ORT records, per node, how the intra-op pool split its work ("block_size" of the main thread's
+            # parallel loops); a node without it ran on the calling thread only (or through a path ORT does not record)
+            main = (e["args"].get("thread_scheduling_stats") or {}).get("main_thread") or {}
+            split[op] += bool(main.get("block_size"))
     total = sum(by.values())
-    return {"total_ms": round(total, 2), "ops": {k: {"ms": round(v, 2), "share": round(v / total, 3), "nodes": count[k] // runs}
+    return {"total_ms": round(total, 2), "ops": {k: {"ms": round(v, 2), "share": round(v / total, 3), "nodes": count[k] // runs,
+                                                     "split_share": round(split[k] / count[k], 2)}
                                                  for k, v in sorted(by.items(), key=lambda kv: -kv[1])}}
 
 
