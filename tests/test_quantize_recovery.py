@@ -172,3 +172,20 @@ def test_adaround_lowers_the_output_error_and_keeps_the_scales(tmp_path):
     ref = [np.mean((_run(_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], [_c("w", nearest)], [1, 6, 8, 8]), x)
                     - _run(_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], [_c("w", w)], [1, 6, 8, 8]), x)) ** 2) for x in images]
     assert np.mean(err) < np.mean(ref)  # lower output error than rounding to nearest on the images it saw
+
+
+@pytest.mark.parametrize("pads, group, folds", [([0, 0, 0, 0], 1, 2), ([0, 0, 0, 0], 4, 2), ([1, 1, 1, 1], 1, 0)])
+def test_affine_before_an_unpadded_conv_folds_into_its_input_channels(pads, group, folds):
+    from quantkit.quantize.recovery.fold import fold_affine_into_next_conv
+
+    k = 3 if pads[0] else 1
+    inits = [_c("c", RNG.normal(1, 0.3, (1, 4, 1, 1))), _c("d", RNG.normal(0, 0.5, (1, 4, 1, 1))),
+             _c("w", RNG.normal(0, 0.5, (4, 4 // group, k, k))), _c("b", RNG.normal(0, 0.1, 4)), _c("w0", RNG.normal(0, 0.5, (4, 3, 1, 1)))]
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["h"], name="conv0"), helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             helper.make_node("Mul", ["c", "r"], ["m"], name="mul"), helper.make_node("Add", ["m", "d"], ["a"], name="add"),
+             helper.make_node("Conv", ["a", "w", "b"], ["y"], name="conv", pads=pads, group=group)]
+    m = _model(nodes, inits, [1, 4, 8, 8])
+    x = RNG.normal(0, 1, (1, 3, 8, 8)).astype(np.float32)
+    ref = _run(m, x)
+    assert len(fold_affine_into_next_conv(m)) == folds
+    np.testing.assert_allclose(_run(m, x), ref, rtol=1e-5, atol=1e-5)

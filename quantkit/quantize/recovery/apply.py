@@ -73,15 +73,17 @@ def _adaround(out: Recovered, rc: RecoveryConfig, images: Sequence[np.ndarray], 
 
 
 def _fold(out: Recovered, rc: RecoveryConfig, images: Sequence[np.ndarray], input_name: str) -> dict[str, Any]:
-    from .fold import fold_conv_affine, hardswish_as_hardsigmoid, new_ranges
+    from .fold import fold_affine_into_next_conv, fold_conv_affine, hardswish_as_hardsigmoid, new_ranges
 
     n0 = len(out.model.graph.node)
     affine = fold_conv_affine(out.model)
     hswish = hardswish_as_hardsigmoid(out.model)
+    ahead = fold_affine_into_next_conv(out.model)
     ranges = dict(out.record.calibrated_ranges)
     added = new_ranges(out.model, ranges)
     out.record = dataclasses.replace(out.record, calibrated_ranges={**ranges, **added})
-    return {"affine_nodes_folded": len(affine), "hardswish_rewritten": len(hswish), "nodes_before": n0, "nodes_after": len(out.model.graph.node)}
+    return {"affine_nodes_folded": len(affine), "affine_nodes_folded_ahead": len(ahead), "hardswish_rewritten": len(hswish),
+            "nodes_before": n0, "nodes_after": len(out.model.graph.node)}
 
 
 def _equalize(out: Recovered, rc: RecoveryConfig, images: Sequence[np.ndarray], input_name: str) -> dict[str, Any]:

@@ -18,7 +18,8 @@ class RecoveryConfig(Config):
     """params.yaml ``fallback.recovery``.
 
     Fields:
-        fold_affine: fold constant ``Mul`` / ``Add`` after a ``Conv`` into its weights and bias, and rewrite
+        fold_affine: fold constant ``Mul`` / ``Add`` after a ``Conv`` into its weights and bias (and before an
+            unpadded ``Conv`` into its input channels), and rewrite
             hard-swish written as ``Add(3) -> Clip(0, 6) -> Mul -> Div(6)`` as ``x * HardSigmoid(x)``
             (:mod:`.fold`; the float model's outputs change by float rounding only): fewer quantized
             tensors (fewer rounding steps) and fewer element-wise kernels at run time.

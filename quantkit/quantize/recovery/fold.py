@@ -7,6 +7,9 @@ Two rewrites, each exact in real arithmetic (the float model's outputs change by
   2018, "Quantization and Training of Neural Networks for Efficient Integer-Arithmetic-Only Inference",
   sec. 3.2). ONNX Runtime's own ``ConvMulFusion`` / ``ConvAddFusion`` only match a constant in the
   second input; exporters such as Paddle2ONNX write it first (PP-LCNet's learnable affine blocks).
+* :func:`fold_affine_into_next_conv`: ``Mul(c) -> Add(d) -> Conv`` with no padding (``pads`` 0): the constants
+  move into the convolution's input channels (``W[:, i] c_i``; bias ``+ sum W[:, i] d_i``). With padding the border
+  outputs would change (the padded zeros would become ``d``), so those stay.
 * :func:`hardswish_as_hardsigmoid`: ``Add(x, 3) -> Clip(0, 6) -> Mul(x, .) -> Div(6)`` (hard-swish as
   exporters decompose it; Howard et al. 2019, "Searching for MobileNetV3", eq. 2) becomes
   ``Mul(x, HardSigmoid(x; alpha=1/6, beta=0.5))`` (ONNX ``HardSigmoid`` = ``max(0, min(1, alpha x + beta))``):
@@ -116,6 +119,68 @@ def fold_conv_affine(model: Any) -> list[str]:
     return folded
 
 
+def _fold_into_next(graph: Any, inits: Mapping[str, Any], op: Any, conv: Any, tag: int) -> bool:
+    from onnx import helper, numpy_helper
+
+    if len(op.input) != 2 or conv.input[0] != op.output[0] or len(conv.input) < 2 or conv.input[1] not in inits:
+        return False
+    attrs = {a.name: helper.get_attribute_value(a) for a in conv.attribute}
+    if any(attrs.get("pads", [0])) or attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", b"VALID", "NOTSET", "VALID"):
+        return False
+    x = next((i for i in op.input if i not in inits), None)
+    k = next((_const(inits, i) for i in op.input if i in inits), None)
+    w = _const(inits, conv.input[1])
+    if x is None or k is None or w is None or w.ndim != 4:
+        return False
+    group = int(attrs.get("group", 1))
+    cin = w.shape[1] * group
+    kv = _per_channel(k.astype(np.float64), cin)
+    if kv is None:
+        return False
+    w64 = w.astype(np.float64)
+    per_in = np.stack([kv[(o // (w.shape[0] // group)) * w.shape[1]:(o // (w.shape[0] // group) + 1) * w.shape[1]] for o in range(w.shape[0])])
+    b = _const(inits, conv.input[2]) if len(conv.input) > 2 and conv.input[2] else np.zeros(w.shape[0])
+    b64 = b.astype(np.float64)
+    if op.op_type == "Mul":
+        w64 = w64 * per_in[:, :, None, None]
+    else:
+        b64 = b64 + np.einsum("oikl,oi->o", w64, per_in)
+    wn, bn = f"{conv.input[1]}_infolded{tag}", f"{conv.name or 'conv'}_bias_infolded{tag}"
+    graph.initializer.extend([numpy_helper.from_array(w64.astype(w.dtype), wn), numpy_helper.from_array(b64.astype(w.dtype), bn)])
+    del conv.input[1:]
+    conv.input.extend([wn, bn])
+    conv.input[0] = x
+    graph.node.remove(op)
+    return True
+
+
+def fold_affine_into_next_conv(model: Any) -> list[str]:
+    """Fold constant ``Mul`` / ``Add`` nodes whose only consumer is an unpadded ``Conv`` into it, in place.
+
+    Returns:
+        the names of the nodes folded away, in the order folded.
+    """
+    g = model.graph
+    outputs = {o.name for o in g.output}
+    folded: list[str] = []
+    while True:
+        inits = {i.name: i for i in g.initializer}
+        cons = _consumers(g)
+        done = False
+        for op in g.node:
+            if op.op_type not in ("Mul", "Add") or op.output[0] in outputs:
+                continue
+            c = cons.get(op.output[0], [])
+            if len(c) == 1 and c[0].op_type == "Conv" and _fold_into_next(g, inits, op, c[0], len(folded)):
+                folded.append(op.name)
+                done = True
+                break
+        if not done:
+            break
+    prune_initializers(model)
+    return folded
+
+
 def _clip_bounds(clip: Any, inits: Mapping[str, Any]) -> tuple[float | None, float | None]:
     attrs = {a.name: a.f for a in clip.attribute}
     lo = _scalar(inits, clip.input[1]) if len(clip.input) > 1 and clip.input[1] else attrs.get("min")
@@ -208,4 +273,4 @@ def prune_initializers(model: Any) -> None:
     g.value_info.extend(vi)
 
 
-__all__ = ["HSIG_SUFFIX", "fold_conv_affine", "hardswish_as_hardsigmoid", "new_ranges", "prune_initializers"]
+__all__ = ["HSIG_SUFFIX", "fold_affine_into_next_conv", "fold_conv_affine", "hardswish_as_hardsigmoid", "new_ranges", "prune_initializers"]
