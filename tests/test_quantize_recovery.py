@@ -81,7 +81,10 @@ def test_equalization_keeps_the_function_and_balances_ranges():
     m = _model(nodes, inits, [1, 2, 8, 8])
     x = RNG.normal(0, 1, (1, 3, 8, 8)).astype(np.float32)
     ref = _run(m, x)
-    assert equalize_pairs(m) == [("conv1", "conv2")]
+    from quantkit.quantize.recovery.equalize import between
+
+    pairs = equalize_pairs(m)
+    assert pairs == [("conv1", "conv2")] and between(m, pairs) == ["h", "r"]  # their ranges are re-measured
     np.testing.assert_allclose(_run(m, x), ref, rtol=1e-4, atol=1e-5)
     inits = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
     r1 = np.abs(inits[m.graph.node[0].input[1]]).reshape(4, -1).max(1)

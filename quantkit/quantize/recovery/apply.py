@@ -53,7 +53,7 @@ def apply_recovery(model: Any, record: CalibrationRecord, config: StaticQuantCon
     m.CopyFrom(model)
     out = Recovered(m, record, config, [])
     if recovery.needs_images and not len(images):
-        raise ConfigError("fallback.recovery: adaround, range_search and bias_correction read calibration images; give the fallback a calibration set")
+        raise ConfigError("fallback.recovery: equalization, adaround, range_search and bias_correction read calibration images; give the fallback a calibration set")
     before = metric_before
     for name, run in STEPS:
         if not getattr(recovery, name):
@@ -87,10 +87,20 @@ def _fold(out: Recovered, rc: RecoveryConfig, images: Sequence[np.ndarray], inpu
 
 
 def _equalize(out: Recovered, rc: RecoveryConfig, images: Sequence[np.ndarray], input_name: str) -> dict[str, Any]:
-    from .equalize import equalize_pairs
+    from .activations import iter_activations
+    from .equalize import between, equalize_pairs
 
     pairs = equalize_pairs(out.model)
-    return {"pairs": len(pairs), "nodes": [list(p) for p in pairs[:20]]}
+    moved = between(out.model, pairs)
+    lo = {t: np.inf for t in moved}
+    hi = {t: -np.inf for t in moved}
+    for acts in iter_activations(out.model, moved, images[: rc.images], input_name):
+        for t in moved:
+            lo[t], hi[t] = min(lo[t], float(acts[t].min())), max(hi[t], float(acts[t].max()))
+    # the rescaled channels invalidate the calibrated ranges between the layers: min-max over the images instead
+    ranges = {t: (lo[t], hi[t]) for t in moved if np.isfinite(lo[t])}
+    out.record = dataclasses.replace(out.record, calibrated_ranges={**out.record.calibrated_ranges, **ranges})
+    return {"pairs": len(pairs), "ranges_remeasured": len(ranges), "nodes": [list(p) for p in pairs[:20]]}
 
 
 def _ranges(out: Recovered, rc: RecoveryConfig, images: Sequence[np.ndarray], input_name: str) -> dict[str, Any]:

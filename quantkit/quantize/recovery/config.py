@@ -24,7 +24,8 @@ class RecoveryConfig(Config):
             (:mod:`.fold`; the float model's outputs change by float rounding only): fewer quantized
             tensors (fewer rounding steps) and fewer element-wise kernels at run time.
         equalization: cross-layer equalization of ``Conv -> [Relu] -> Conv`` pairs (Nagel et al. 2019,
-            "Data-Free Quantization Through Weight Equalization and Bias Correction", sec. 4.1; :mod:`.equalize`).
+            "Data-Free Quantization Through Weight Equalization and Bias Correction", sec. 4.1; :mod:`.equalize`);
+            the rescaled tensors between the layers get min-max ranges over ``images`` calibration images.
         range_search: per activation, the clipping range among ``range_candidates`` whose 8-bit
             quantization error (MSE over ``images`` calibration images) is smallest, passed to ORT as
             ``TensorQuantOverrides`` ``rmin`` / ``rmax`` (:mod:`.ranges`).
@@ -75,7 +76,7 @@ class RecoveryConfig(Config):
     @property
     def needs_images(self) -> bool:
         """Whether a technique reads calibration images."""
-        return self.adaround or self.range_search or self.bias_correction
+        return self.equalization or self.adaround or self.range_search or self.bias_correction
 
 
 __all__ = ["RecoveryConfig"]

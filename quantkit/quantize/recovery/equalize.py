@@ -50,7 +50,11 @@ def _pairs(model: Any) -> list[tuple[Any, Any]]:
 
 
 def equalize_pairs(model: Any) -> list[tuple[str, str]]:
-    """Equalize every eligible pair once, in place; returns the ``(Conv1, Conv2)`` names equalized."""
+    """Equalize every eligible pair once, in place; returns the ``(Conv1, Conv2)`` names equalized.
+
+    The tensors between the two layers change channel by channel, so calibrated ranges of them no longer hold:
+    :func:`between` names them, and the caller re-measures their ranges.
+    """
     from onnx import numpy_helper
 
     g = model.graph
@@ -90,4 +94,16 @@ def equalize_pairs(model: Any) -> list[tuple[str, str]]:
     return done
 
 
-__all__ = ["equalize_pairs"]
+def between(model: Any, pairs: list[tuple[str, str]]) -> list[str]:
+    """The tensors from each pair's first layer to its second (the Conv output and, when present, the Relu output)."""
+    by = {n.name: n for n in model.graph.node}
+    out = []
+    for c1, c2 in pairs:
+        t, target = by[c1].output[0], by[c2].input[0]
+        out.append(t)
+        if t != target:
+            out.append(target)
+    return sorted(set(out))
+
+
+__all__ = ["between", "equalize_pairs"]
