@@ -88,3 +88,43 @@ def test_fallback_cli_rejects_bad_counts_and_missing_inputs(env, tmp_path, capsy
     assert main(["fallback", str(intake), "--reference-set", str(a), *args, *([] if not args else ["--calibration-set", str(a)]),
                  "--out", str(tmp_path / "fb")]) == 2
     assert msg in capsys.readouterr().err and not (tmp_path / "fb").exists()
+
+
+def _set(folder, name, camera, lighting, seed):
+    import shutil
+
+    from quantkit.calibset import register_set
+
+    src = make_set(folder.parent / f"src-{name}", 3, size=24, name=name, seed=seed)
+    shutil.copytree(src / "images", folder / "images")
+    register_set(folder, name=name, kind="calibration", camera=camera, lighting=lighting, site="s")
+    return folder
+
+
+def _drift(path, name, camera, lighting, recalibrate):
+    from quantkit.drift import DriftResult
+
+    DriftResult(site_set={"name": name, "camera": camera, "lighting": lighting}, calibration_set={"name": "day"}, statistics=(),
+                changes=(), clipping=None, recalibrate=recalibrate, reasons=(), config={}).save(path)
+
+
+def test_compose_cover_adds_the_pool_sets_of_the_flagged_conditions(tmp_path, capsys):
+    day = _set(tmp_path / "day", "day", "cam1", "day", 0)
+    night = _set(tmp_path / "night", "night", "cam1", "night", 1)
+    (tmp_path / "drift").mkdir()
+    _drift(tmp_path / "drift" / "a.json", "site-night", "cam1", "night", True)
+    _drift(tmp_path / "drift" / "b.json", "site-cam2", "cam2", "day", True)
+    _drift(tmp_path / "drift" / "c.json", "site-day", "cam1", "day", False)
+    assert main(["calibset", "compose", str(tmp_path / "mix"), "--from", f"{day}:2", "--cover", str(tmp_path / "drift"),
+                 "--pool", str(day), str(night), "--name", "mix"]) == 0
+    err = capsys.readouterr().err
+    cs = CalibrationSet.load(tmp_path / "mix")
+    assert [(c["name"], c["images"]) for c in cs.generator["composition"]] == [("day", 2), ("night", 2)]
+    assert "drift flagged site-night (cam1/night)" in err and "no --pool set covers cam2/day" in err
+    _drift(tmp_path / "drift" / "a.json", "site-night", "cam1", "night", False)
+    assert main(["calibset", "compose", str(tmp_path / "base-only"), "--from", f"{day}:2", "--cover", str(tmp_path / "drift" / "a.json"),
+                 "--pool", str(night), "--name", "b"]) == 0
+    assert [c["name"] for c in CalibrationSet.load(tmp_path / "base-only").generator["composition"]] == ["day"]
+    assert main(["calibset", "compose", str(tmp_path / "x"), "--from", str(day), str(night), "--cover", str(tmp_path / "drift"),
+                 "--name", "x"]) == 2
+    assert "give one --from set" in capsys.readouterr().err
