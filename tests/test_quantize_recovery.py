@@ -192,3 +192,24 @@ def test_affine_before_an_unpadded_conv_folds_into_its_input_channels(pads, grou
     ref = _run(m, x)
     assert len(fold_affine_into_next_conv(m)) == folds
     np.testing.assert_allclose(_run(m, x), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_nodes_kept_in_float_get_their_untuned_parameters(tmp_path):
+    """Bias correction and AdaRound tune a layer for its 8-bit weights; in float the layer must be FP32's again,
+    so keeping every node in float reproduces FP32."""
+    intake = make_tiny_intake(tmp_path / "intake", size=16)
+    cset = make_set(tmp_path / "set", 3, size=24)
+    quantize(intake, StaticQuantConfig(per_channel=False), out=tmp_path / "base", calibration_set=cset)
+
+    def agreement(ref, got):
+        a = np.concatenate([next(iter(r.values())).ravel() for r in ref])
+        b = np.concatenate([next(iter(g.values())).ravel() for g in got])
+        return float(1 - np.abs(a - b).max() / np.abs(a).max())
+
+    config = FallbackConfig.from_dict({"target": 0.999999, "prune": 0, "latency": {"threads": [1], "repeats": 3, "warmup": 0},
+                                       "recovery": {"bias_correction": True, "adaround": True, "adaround_iterations": 20, "images": 2}})
+    r = precision_fallback(intake, config, reference_sets=[cset], out=tmp_path / "fb", base=tmp_path / "base", calibration_set=cset,
+                           metric=agreement)
+    assert r.met and len(r.kept) == 3 and r.metric_after == pytest.approx(1.0, abs=1e-6)
+    q = onnx.load(str(tmp_path / "fb" / "model_int8.onnx"))
+    assert {i for n in q.graph.node for i in n.input} >= {"w1", "b1", "w2"}  # the intake's own parameters

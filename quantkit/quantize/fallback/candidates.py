@@ -139,10 +139,34 @@ class Builder:
     ``kept`` promoted, from ``base``'s calibrated ranges, into numbered folders under ``workdir``."""
 
     def __init__(self, model: Any, model_path: Path, note: Any, config: StaticQuantConfig, base: CalibrationRecord,
-                 strategy: str, workdir: Path) -> None:
+                 strategy: str, workdir: Path, exact: Any = None) -> None:
         self.model, self.model_path, self.note, self.config, self.base = model, model_path, note, config, base
         self.strategy, self.workdir = strategy, workdir
+        self.exact = exact if exact is not None and exact is not model else None
         self.count = 0
+
+    def float_model(self, kept: Sequence[str]) -> Any:
+        """``model`` with the float-kept nodes' inputs taken from ``exact`` (their untuned float parameters)."""
+        if self.exact is None or self.strategy != "float" or not kept:
+            return self.model
+        want = set(kept)
+        exact = {n.name: n for n in self.exact.graph.node if n.name in want}
+        changed = [n for n in self.model.graph.node if n.name in exact and list(n.input) != list(exact[n.name].input)]
+        if not changed:
+            return self.model
+        m = type(self.model)()
+        m.CopyFrom(self.model)
+        have = {i.name for i in m.graph.initializer}
+        inits = {i.name: i for i in self.exact.graph.initializer}
+        for n in m.graph.node:
+            if n.name in exact and list(n.input) != list(exact[n.name].input):
+                del n.input[:]
+                n.input.extend(exact[n.name].input)
+                for t in n.input:
+                    if t in inits and t not in have:
+                        m.graph.initializer.append(inits[t])
+                        have.add(t)
+        return m
 
     def config_for(self, kept: Sequence[str], units: str) -> StaticQuantConfig:
         """The quantization config with ``kept`` promoted; ``units``: ``nodes`` or ``tensors``."""
@@ -162,7 +186,9 @@ class Builder:
         self.count += 1
         d = self.workdir / f"candidate{self.count:03d}"
         d.mkdir(parents=True)
-        rec = _static(self.model, self.model_path, self.note, self.config_for(kept, units), None, d, None, self.base, replay_scales=False)
+        nodes = kept if units == "nodes" else nodes_of_tensors(self.model, kept)
+        rec = _static(self.float_model(nodes), self.model_path, self.note, self.config_for(kept, units), None, d, None, self.base,
+                      replay_scales=False)
         return d, rec
 
 

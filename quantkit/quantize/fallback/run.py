@@ -157,8 +157,8 @@ def precision_fallback(intake: str | Path, config: FallbackConfig, *, reference_
         units = "nodes" if config.search == "bisect" else "tensors"
         total = bisect_rounds(len(names), config.prune) if config.search == "bisect" else -(-min(48, len(names)) // config.step)
         bar = iter(progress(range(total + 1), total=total + 1, desc="fallback", unit="round"))
-        probe = Prober(Builder(rec.model, model_path, note, rec.config, rec.record, config.strategy, work / "rounds"), scorer, units,
-                       on_round=lambda: next(bar, None))
+        probe = Prober(Builder(rec.model, model_path, note, rec.config, rec.record, config.strategy, work / "rounds", rec.exact), scorer,
+                       units, on_round=lambda: next(bar, None))
         r0 = probe([], {}, full=True)
         if rec.steps:  # the last step's model is the one round 0 measured
             rec.steps[-1] = dataclasses.replace(rec.steps[-1], metric_after=r0.metric)

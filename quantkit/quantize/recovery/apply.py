@@ -23,12 +23,18 @@ Measure = Callable[[Any, CalibrationRecord, StaticQuantConfig], "float | None"]
 
 @dataclasses.dataclass
 class Recovered:
-    """The float model, the record whose ranges it is quantized from, the quantization config, and the steps."""
+    """The float model, the record whose ranges it is quantized from, the quantization config, and the steps.
+
+    ``exact``: the model after the function-preserving steps only (folding, equalization): same nodes and names
+    as ``model``; a node kept in float takes its inputs from it, since bias correction and AdaRound tune a
+    layer's float parameters for its 8-bit weights and would be wrong for the float layer.
+    """
 
     model: Any
     record: CalibrationRecord
     config: StaticQuantConfig
     steps: list[RecoveryStep]
+    exact: Any = None
 
 
 def apply_recovery(model: Any, record: CalibrationRecord, config: StaticQuantConfig, recovery: RecoveryConfig, *,
@@ -51,13 +57,16 @@ def apply_recovery(model: Any, record: CalibrationRecord, config: StaticQuantCon
 
     m = type(model)()
     m.CopyFrom(model)
-    out = Recovered(m, record, config, [])
+    out = Recovered(m, record, config, [], m)
     if recovery.needs_images and not len(images):
         raise ConfigError("fallback.recovery: equalization, adaround, range_search and bias_correction read calibration images; give the fallback a calibration set")
     before = metric_before
     for name, run in STEPS:
         if not getattr(recovery, name):
             continue
+        if name not in EXACT and out.exact is out.model:
+            out.exact = type(out.model)()
+            out.exact.CopyFrom(out.model)
         detail = run(out, recovery, images, input_name)
         after = measure(out.model, out.record, out.config) if measure is not None else None
         out.steps.append(RecoveryStep(name=name, detail=detail, metric_before=before, metric_after=after))
@@ -119,7 +128,10 @@ def _bias(out: Recovered, rc: RecoveryConfig, images: Sequence[np.ndarray], inpu
     return {"convolutions": changed, "mean_abs_shift": shift}
 
 
+EXACT = frozenset({"fold_affine", "equalization", "range_search"})
+"""Steps that leave the float function as it was (range search changes ranges only)."""
+
 STEPS = (("fold_affine", _fold), ("equalization", _equalize), ("adaround", _adaround), ("range_search", _ranges), ("bias_correction", _bias))
 """The techniques in the order they run: ``(RecoveryConfig field, step)``."""
 
-__all__ = ["Measure", "Recovered", "STEPS", "apply_recovery"]
+__all__ = ["EXACT", "Measure", "Recovered", "STEPS", "apply_recovery"]
