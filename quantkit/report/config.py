@@ -26,6 +26,8 @@ class ReportConfig(Config):
         thumbnail_px: longest thumbnail side in pixels.
         top_tensors: tensors listed in "scales that moved most".
         title: report title.
+        candidate_latency: show the latency the fallback measured for the candidate (vs FP32 and deployed; from
+            its ``fallback.json``). Machine-dependent: a re-run on another machine rewrites those figures.
     """
 
     min_agreement: float = 0.9
@@ -38,6 +40,7 @@ class ReportConfig(Config):
     thumbnail_px: int = 240
     top_tensors: int = 10
     title: str = "Quantization shift report"
+    candidate_latency: bool = True
 
     def validate(self) -> None:
         if not 0.0 < self.min_agreement <= 1.0:
