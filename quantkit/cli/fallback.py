@@ -57,15 +57,20 @@ def build_config(args: argparse.Namespace) -> Any:
 
 
 def _metric(args: argparse.Namespace) -> Any:
-    """The task adapter's primary agreement metric (params ``models.<model>.task`` / ``task``; db_text defaults)."""
+    """The task adapter's primary agreement metric (params ``models.<model>.task`` / ``task``; db_text defaults),
+    completed from the intake model (:meth:`~quantkit.tasks.TaskAdapter.with_model`: e.g. a grid decoder's input size)."""
+    from pathlib import Path
+
     from ..config import config_from_params, has_section
+    from ..modelio import load_model
     from ..quantize.fallback.metric import agreement_metric
     from ..tasks import TaskConfig
 
     model = getattr(args, "model", None)
-    if not has_section(args.params, "task", model=model):
-        return agreement_metric(TaskConfig().make())
-    return agreement_metric(config_from_params(TaskConfig, args.params, "task", model=model).make())
+    cfg = config_from_params(TaskConfig, args.params, "task", model=model) if has_section(args.params, "task", model=model) else TaskConfig()
+    intake = Path(args.intake)
+    task = cfg.make().with_model(load_model(intake / "model.onnx" if intake.is_dir() else intake, load_external_data=False))
+    return agreement_metric(task)
 
 
 def run(args: argparse.Namespace) -> int:
