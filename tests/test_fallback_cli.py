@@ -128,3 +128,25 @@ def test_compose_cover_adds_the_pool_sets_of_the_flagged_conditions(tmp_path, ca
     assert main(["calibset", "compose", str(tmp_path / "x"), "--from", str(day), str(night), "--cover", str(tmp_path / "drift"),
                  "--name", "x"]) == 2
     assert "give one --from set" in capsys.readouterr().err
+
+
+def test_fallback_settings_per_model_override_the_top_level_section(tmp_path):
+    """`quantkit fallback --model NAME` reads models.NAME.fallback when the model has one, else the top-level section;
+    flags override single fields of either."""
+    import argparse
+
+    from quantkit.cli.fallback import OVERRIDES, build_config
+
+    params = tmp_path / "params.yaml"
+    params.write_text("models:\n  a: {file: a.onnx, fallback: {target: 0.9, search: sqnr}}\n  b: {file: b.onnx}\n"
+                      "fallback: {target: 0.96, prune: 4}\n")
+
+    def cfg(model, **flags):
+        ns = argparse.Namespace(params=str(params), section="fallback", model=model, **{k: None for k in OVERRIDES})
+        for k, v in flags.items():
+            setattr(ns, k, v)
+        return build_config(ns)
+
+    a, b, top = cfg("a"), cfg("b"), cfg(None, target=0.97)
+    assert (a.target, a.search, a.prune) == (0.9, "sqnr", 8)  # the model's own section, whole (defaults for the rest)
+    assert (b.target, b.search, b.prune) == (0.96, "bisect", 4) and (top.target, top.prune) == (0.97, 4)

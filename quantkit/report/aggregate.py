@@ -230,6 +230,10 @@ def build_model_report(inputs: ModelInputs, cfg: ReportConfig) -> ModelReport:
     fallback = _fallback(inputs.candidate) if inputs.candidate else None
     deploy = tuple(deploy_commands(inputs.name, inputs.candidate, inputs.candidate_thresholds, fallback)) \
         if fallback is not None and inputs.candidate is not None and inputs.candidate_thresholds is not None else ()
+    if deploy:  # a fallback candidate keeps nodes in float: a new calibration alone would not reproduce it
+        lines = [f"To deploy it: it came from the precision fallback ({len(fallback.kept)} nodes kept in float), so recalibrating the "
+                 f"deployed model on its set would not reproduce it; bundle and verify it: '{deploy[0]}', then '{deploy[1]}'."
+                 if line.startswith("To deploy it: set calibrations.deployed") else line for line in lines]
     provenance = {role: {"record": r.fingerprint, "model_digest": r.model_digest, "quantized_model_digest": r.quantized_model_digest,
                          "calibration_set": r.set_name, "calibration_set_id": r.set_id, "method": r.config.get("method"),
                          "thresholds": ts.fingerprint, "versions": r.versions} for role, (r, ts, _) in roles.items()}
