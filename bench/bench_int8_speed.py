@@ -21,7 +21,7 @@ the intra-op thread pool (``split_share``: 0 means the kernel never used the sec
 
 Usage::
 
-    python bench/bench_int8_speed.py --base work/quantize/candidate-int8 --threads 1 2 --repeats 15 --profile \\
+    python bench/bench_int8_speed.py --intake work/ppocr_det/intake --base work/ppocr_det/quantize/candidate-int8 --threads 1 2 --repeats 15 --profile \\
         --out bench/results/int8_speed.json
 """
 
@@ -150,7 +150,7 @@ def profile(model: Path, threads: int, feed: dict[str, Any], runs: int) -> dict[
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--intake", type=Path, default=REPO / "work" / "intake")
+    ap.add_argument("--intake", type=Path, default=REPO / "work" / "ppocr_det" / "intake")
     ap.add_argument("--base", type=Path, required=True, help="a quantize output (model_int8.onnx + record.json) whose ranges every variant uses")
     ap.add_argument("--ref-sets", type=Path, nargs="+", default=[REPO / "reference_sets" / s for s in ("cam1-day", "cam1-night")])
     ap.add_argument("--n-ref", type=int, default=None, help="first N images of each reference set (default all)")
