@@ -36,6 +36,7 @@ def reduced_params() -> dict:
     for spec in params["demo"]["sets"].values():
         spec["count"] = counts[spec["kind"]]
     params["candidate"]["images_per_set"] = 4
+    params["candidate"]["reference_union"] = {"from": params["candidate"]["reference_sets"]}  # every image: the reduced sets have 6
     params["fallback"].update(prune=0, max_reference_images=3, latency={"runtimes": ["onnxruntime"], "threads": [1], "repeats": 3})
     params["report"]["candidate_latency"] = False  # latency is machine-dependent: a forced re-run must rewrite the same report bytes
     return params
