@@ -34,7 +34,8 @@ SECTIONS: dict[str, str] = {
     "intake": "quantkit.intake.prepare:IntakeConfig",
     "quantize": "quantkit.quantize.config:StaticQuantConfig",
     "quantize.dynamic": "quantkit.quantize.config:DynamicQuantConfig",
-    "quantize_fallback": "quantkit.quantize.config:StaticQuantConfig",
+    "quantize_candidate": "quantkit.quantize.config:StaticQuantConfig",
+    "fallback": "quantkit.quantize.fallback.config:FallbackConfig",
     "task": "quantkit.tasks.config:TaskConfig",
     "task.options (db_text)": "quantkit.tasks.maps:DBTextAdapter",
     "task.options (box_detector)": "quantkit.tasks.boxes:BoxDetectorAdapter",
@@ -55,8 +56,11 @@ SECTIONS: dict[str, str] = {
 NOT_CONFIG = {
     "models": "the main job's models: ``{name: {file: PATH, intake: {...}, task: {...}}}``; `quantkit <cmd> --model NAME` reads "
               "``models.NAME.<section>`` first, then the top-level section (``intake`` and ``task`` as above)",
-    "calibrations": "``{role: {calibration_set: DIR, reference_set: DIR}}`` for the roles deployed and candidate (dvc.yaml, "
-                    "and `quantkit quantize/bind --role ROLE`)",
+    "calibrations": "``{role: {calibration_set: DIR, reference_set: DIR}}`` for the deployed role (dvc.yaml, "
+                    "and `quantkit quantize/bind --role ROLE`); the candidate is built by the candidate stages (``candidate``)",
+    "candidate": "read by dvc.yaml only (compose_candidate .. bind_candidate): ``images_per_set`` (of the deployed set and of "
+                 "each pool set), ``pool`` (``{pool: [SET, ...]}``: sets covering the conditions drift flags), ``reference_sets``, "
+                 "and their renderings as `quantkit fallback` / `calibset compose` flags (``reference_args``, ``reference_union``)",
     "site_sets": "read by dvc.yaml only: the site set names evaluated and reported",
 }
 """Top-level ``params.yaml`` keys that are not a config section (listed in the reference as they are)."""

@@ -50,20 +50,28 @@ def test_compose_errors_write_nothing(env, tmp_path, capsys, args, msg):
 
 def test_fallback_cli_meets_target_and_reports_each_set(env, tmp_path, capsys):
     root, intake, a, b = env
+    params = tmp_path / "params.yaml"
+    params.write_text("fallback:\n  target: 0.9\n  latency: {threads: [1], repeats: 3, warmup: 0}\n"
+                      "task:\n  adapter: db_text\n  options: {thresh: 0.5}\nquantize: {method: minmax}\n")
     rc = main(["fallback", str(intake), "--calibration-set", str(a), "--reference-set", str(a), "--reference-set", str(b),
-               "--target", "0.999", "--thresh", "0.5", "--out", str(tmp_path / "fb")])
+               "--params", str(params), "--target", "0.999", "--out", str(tmp_path / "fb")])
     out = capsys.readouterr().out
     saved = json.loads((tmp_path / "fb" / "fallback.json").read_text())
-    assert rc == (0 if saved["met"] else 1)
-    assert f"-> {saved['metric_after']:.4f}" in out and "  a " in out and "  b " in out
+    assert rc == (0 if saved["met"] else 1) and saved["target"] == 0.999 and saved["metric"] == "pixel_iou(thresh=0.5)"
+    assert f"-> {saved['metric_after']:.4f}" in out and "  a " in out and "  b " in out and "latency onnxruntime 1 thread" in out
     assert set(saved["metric_after_per_set"]) == {"a", "b"} and (tmp_path / "fb" / "model_int8.onnx").is_file()
+    # from that output as a base: its ranges are reused, no calibration set needed
+    rc = main(["fallback", str(intake), "--base", str(tmp_path / "fb"), "--reference-set", str(a), "--params", str(params),
+               "--out", str(tmp_path / "fb2"), "--json"])
+    again = json.loads(capsys.readouterr().out)
+    assert rc == 0 and again["base_record_fingerprint"] == saved["record_fingerprint"]
 
 
 def test_fallback_cli_bad_target(env, tmp_path, capsys):
     root, intake, a, b = env
     assert main(["fallback", str(intake), "--calibration-set", str(a), "--reference-set", str(a), "--target", "95",
                  "--out", str(tmp_path / "fb")]) == 2
-    assert "--target 95.0: pixel IoU targets lie in (0, 1]" in capsys.readouterr().err
+    assert "fallback.target: 95.0 must lie in (0, 1]" in capsys.readouterr().err
     assert not (tmp_path / "fb").exists()
 
 
@@ -73,10 +81,72 @@ def test_compose_refuses_a_folder_inside_a_registered_set(env, capsys):
     assert "inside the registered set" in capsys.readouterr().err and not (a / "images" / "nested").exists()
 
 
-@pytest.mark.parametrize("flag, value, msg", [("--thresh", "2", "its threshold lies in (0, 1)"), ("--thresh", "nan", "its threshold lies in (0, 1)"),
-                                              ("--max-reference-images", "0", "give at least 1")])
-def test_fallback_cli_rejects_bad_threshold_and_counts(env, tmp_path, capsys, flag, value, msg):
+@pytest.mark.parametrize("args, msg", [(["--max-reference-images", "0"], "max_reference_images: 0 must be >= 1"),
+                                       ([], "pass --base DIR (a quantize output) or --calibration-set DIR")])
+def test_fallback_cli_rejects_bad_counts_and_missing_inputs(env, tmp_path, capsys, args, msg):
     root, intake, a, b = env
-    assert main(["fallback", str(intake), "--calibration-set", str(a), "--reference-set", str(a), flag, value,
+    assert main(["fallback", str(intake), "--reference-set", str(a), *args, *([] if not args else ["--calibration-set", str(a)]),
                  "--out", str(tmp_path / "fb")]) == 2
     assert msg in capsys.readouterr().err and not (tmp_path / "fb").exists()
+
+
+def _set(folder, name, camera, lighting, seed):
+    import shutil
+
+    from quantkit.calibset import register_set
+
+    src = make_set(folder.parent / f"src-{name}", 3, size=24, name=name, seed=seed)
+    shutil.copytree(src / "images", folder / "images")
+    register_set(folder, name=name, kind="calibration", camera=camera, lighting=lighting, site="s")
+    return folder
+
+
+def _drift(path, name, camera, lighting, recalibrate):  # recalibrate: the drift check flagged the site set (DriftResult.changed)
+    from quantkit.drift import DriftResult
+
+    DriftResult(site_set={"name": name, "camera": camera, "lighting": lighting}, calibration_set={"name": "day"}, statistics=(),
+                changes=(), clipping=None, changed=recalibrate, reasons=(), config={}).save(path)
+
+
+def test_compose_cover_adds_the_pool_sets_of_the_flagged_conditions(tmp_path, capsys):
+    day = _set(tmp_path / "day", "day", "cam1", "day", 0)
+    night = _set(tmp_path / "night", "night", "cam1", "night", 1)
+    (tmp_path / "drift").mkdir()
+    _drift(tmp_path / "drift" / "a.json", "site-night", "cam1", "night", True)
+    _drift(tmp_path / "drift" / "b.json", "site-cam2", "cam2", "day", True)
+    _drift(tmp_path / "drift" / "c.json", "site-day", "cam1", "day", False)
+    assert main(["calibset", "compose", str(tmp_path / "mix"), "--from", f"{day}:2", "--cover", str(tmp_path / "drift"),
+                 "--pool", str(day), str(night), "--name", "mix"]) == 0
+    err = capsys.readouterr().err
+    cs = CalibrationSet.load(tmp_path / "mix")
+    assert [(c["name"], c["images"]) for c in cs.generator["composition"]] == [("day", 2), ("night", 2)]
+    assert "drift flagged site-night (cam1/night)" in err and "no --pool set covers cam2/day" in err
+    _drift(tmp_path / "drift" / "a.json", "site-night", "cam1", "night", False)
+    assert main(["calibset", "compose", str(tmp_path / "base-only"), "--from", f"{day}:2", "--cover", str(tmp_path / "drift" / "a.json"),
+                 "--pool", str(night), "--name", "b"]) == 0
+    assert [c["name"] for c in CalibrationSet.load(tmp_path / "base-only").generator["composition"]] == ["day"]
+    assert main(["calibset", "compose", str(tmp_path / "x"), "--from", str(day), str(night), "--cover", str(tmp_path / "drift"),
+                 "--name", "x"]) == 2
+    assert "give one --from set" in capsys.readouterr().err
+
+
+def test_fallback_settings_per_model_override_the_top_level_section(tmp_path):
+    """`quantkit fallback --model NAME` reads models.NAME.fallback when the model has one, else the top-level section;
+    flags override single fields of either."""
+    import argparse
+
+    from quantkit.cli.fallback import OVERRIDES, build_config
+
+    params = tmp_path / "params.yaml"
+    params.write_text("models:\n  a: {file: a.onnx, fallback: {target: 0.9, search: sqnr}}\n  b: {file: b.onnx}\n"
+                      "fallback: {target: 0.96, prune: 4}\n")
+
+    def cfg(model, **flags):
+        ns = argparse.Namespace(params=str(params), section="fallback", model=model, **{k: None for k in OVERRIDES})
+        for k, v in flags.items():
+            setattr(ns, k, v)
+        return build_config(ns)
+
+    a, b, top = cfg("a"), cfg("b"), cfg(None, target=0.97)
+    assert (a.target, a.search, a.prune) == (0.9, "sqnr", 8)  # the model's own section, whole (defaults for the rest)
+    assert (b.target, b.search, b.prune) == (0.96, "bisect", 4) and (top.target, top.prune) == (0.97, 4)

@@ -40,6 +40,10 @@ def reduced_params() -> dict:
                          events=[{"name": "refocus", "kind": "defocus", "camera": "a02", "start_day": 3, "defocus_px": 3.0}])
     fleet["score"].update(model_every=3, clip_fraction=0.0)
     fleet["check"].update(reference_windows=2, repeats=200)
+    params["candidate"]["images_per_set"] = 4
+    params["candidate"]["reference_union"] = {"from": params["candidate"]["reference_sets"]}  # every image: the reduced sets have 6
+    params["fallback"].update(prune=0, max_reference_images=3, latency={"runtimes": ["onnxruntime"], "threads": [1], "repeats": 3})
+    params["report"]["candidate_latency"] = False  # latency is machine-dependent: a forced re-run must rewrite the same report bytes
     return params
 
 
@@ -97,6 +101,31 @@ def test_changing_method_reruns_only_calibration_and_downstream(pipeline: Path):
     changed = {name.split("@")[0] for name in status}
     assert "quantize" in changed
     assert not changed & {"demo_model", "demo_set", "intake"}
+
+
+def test_candidate_is_the_recommended_recalibration_and_its_target_reruns_only_the_fallback(pipeline: Path):
+    for model in ("ppocr_det", "ddddocr_det"):
+        work = pipeline / "work" / model
+        composed = json.loads((work / "calibsets" / "candidate" / "manifest.json").read_text())
+        names = [c["name"] for c in composed["generator"]["composition"]]
+        assert names[0] == "cam1-day" and set(names) <= {"cam1-day", "cam1-night"}  # the deployed set + the flagged conditions' sets
+        fb = json.loads((work / "quantize" / "candidate" / "fallback.json").read_text())
+        record = json.loads((work / "quantize" / "candidate" / "record.json").read_text())
+        thresholds = json.loads((work / "thresholds" / "candidate.json").read_text())
+        assert fb["record_fingerprint"] == record["fingerprint"] == thresholds["binding"]["record_fingerprint"]
+        assert {s["name"] for s in fb["reference_sets"]} == {"cam1-day", "cam1-night"} and fb["latency"]
+        assert fb["metric"].startswith("pixel_iou" if model == "ppocr_det" else "box_f1")  # the task adapter's primary metric
+    params_path = pipeline / "params.yaml"
+    original = params_path.read_text()
+    params = yaml.safe_load(original)
+    params["fallback"]["target"] = 0.5
+    params_path.write_text(yaml.safe_dump(params, sort_keys=False))
+    try:
+        dry = _run(["dvc", "repro", "--dry"], pipeline)
+    finally:
+        params_path.write_text(original)
+    ran = {line.split("'")[1].split("@")[0] for line in dry.stdout.splitlines() if line.startswith("Running stage")}
+    assert "fallback" in ran and not ran & {"compose_candidate", "quantize_candidate", "quantize", "intake", "demo_set", "drift"}
 
 
 def test_a_forced_rerun_changes_no_committed_file(pipeline: Path):

@@ -1,4 +1,4 @@
-"""Precision fallback: promoting the most sensitive activations reaches a metric target (tiny model)."""
+"""Precision fallback on a tiny model: the search reaches the target, reports each round, reuses ranges."""
 
 from __future__ import annotations
 
@@ -9,110 +9,148 @@ import onnx
 import pytest
 from test_quantize_fixtures import make_set, make_tiny_intake
 
-from quantkit.errors import ConfigError
 from quantkit.artifacts import CalibrationRecord
-from quantkit.quantize import StaticQuantConfig
-from quantkit.quantize.fallback import pixel_iou, precision_fallback
+from quantkit.errors import ConfigError, ModelError
+from quantkit.quantize import StaticQuantConfig, quantize
+from quantkit.quantize.fallback import FallbackConfig, FallbackResult, pixel_iou, precision_fallback
 
 
 def _rel_err_score(ref, got):
-    a = np.concatenate([r.ravel() for r in ref]).astype(np.float64)
-    b = np.concatenate([g.ravel() for g in got]).astype(np.float64)
+    a = np.concatenate([next(iter(r.values())).ravel() for r in ref]).astype(np.float64)
+    b = np.concatenate([next(iter(g.values())).ravel() for g in got]).astype(np.float64)
     return float(1 - np.abs(a - b).mean() / (np.abs(a).mean() + 1e-12))
+
+
+FAST = {"latency": {"threads": [1], "repeats": 3, "warmup": 0}}
+
+
+def _cfg(**kw):
+    return FallbackConfig.from_dict({**FAST, **kw})
 
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     root = tmp_path_factory.mktemp("fallback")
-    return root, make_tiny_intake(root / "intake", size=16), make_set(root / "set", 4, size=24)
+    intake, cset = make_tiny_intake(root / "intake", size=16), make_set(root / "set", 4, size=24)
+    quantize(intake, StaticQuantConfig(), out=root / "base", calibration_set=cset)
+    return root, intake, cset
 
 
 # int16 only lifts activations (weights stay int8, which bounds this tiny model at ~0.989); float lifts both
 @pytest.mark.parametrize("strategy, target", [("int16", 0.988), ("float", 0.999)])
-def test_fallback_reaches_target_and_reports(env, tmp_path, strategy, target):
+def test_sqnr_search_reaches_target_and_reports(env, tmp_path, strategy, target):
     root, intake, cset = env
-    cfg = StaticQuantConfig(activation_type="uint8", weight_type="int8")
-    r = precision_fallback(intake, cfg, calibration_set=cset, reference_set=cset, out=tmp_path / "fb", metric=_rel_err_score,
-                           target=target, strategy=strategy, search="sqnr", step=1, max_kept=4)
+    r = precision_fallback(intake, _cfg(target=target, strategy=strategy, search="sqnr", step=1, max_kept=4), reference_sets=[cset],
+                           out=tmp_path / "fb", base=root / "base", metric=_rel_err_score)
     assert r.metric_before < target <= r.metric_after and r.met
-    assert 1 <= len(r.kept) <= 4 and [s["kept"] for s in r.steps] == list(range(len(r.kept) + 1))
-    assert r.fp32_ms > 0 and r.int8_ms_after > 0
+    assert 1 <= len(r.kept) <= 4 and [x.kept for x in r.rounds] == list(range(len(r.kept) + 1))
+    assert [row.threads for row in r.latency] == [1] and r.latency[0].fp32_ms > 0 and r.latency[0].candidate_ms > 0
     rec = CalibrationRecord.load(tmp_path / "fb")
-    assert rec.fingerprint == r.record_fingerprint and json.loads((tmp_path / "fb" / "fallback.json").read_text())["met"] is True
-    q = onnx.load(str(tmp_path / "fb" / "model_int8.onnx"))
+    assert rec.fingerprint == r.record_fingerprint and FallbackResult.load(tmp_path / "fb") == r
+    assert rec.calibration["ranges_from"] == CalibrationRecord.load(root / "base").fingerprint  # no second calibration
     if strategy == "int16":
-        assert {rec.tensor(t).dtype for t in r.kept} == {"uint16"}
-        assert set(rec.config["tensor_overrides"]) == set(r.kept)
+        assert {rec.tensor(k.name).dtype for k in r.kept} == {"uint16"}
     else:
         assert set(rec.config["nodes_to_exclude"])
-        assert any(n.op_type == "Conv" and not n.input[1].endswith("_DequantizeLinear_Output") for n in q.graph.node)
 
 
 @pytest.mark.parametrize("strategy, target", [("int16", 0.988), ("float", 0.999)])
 def test_bisect_keeps_a_window_that_meets_the_worst_reference_set(env, tmp_path, strategy, target):
     root, intake, cset = env
     other = make_set(root / f"set2-{strategy}", 3, size=24, name="other", seed=1)
-    cfg = StaticQuantConfig(activation_type="uint8", weight_type="int8")
-    r = precision_fallback(intake, cfg, calibration_set=cset, reference_set=[cset, other], out=tmp_path / "fb",
-                           metric=_rel_err_score, target=target, strategy=strategy)
+    r = precision_fallback(intake, _cfg(target=target, strategy=strategy), reference_sets=[cset, other], out=tmp_path / "fb",
+                           base=root / "base", metric=_rel_err_score)
     assert r.search == "bisect" and r.met and r.metric_before < target <= r.metric_after
     assert set(r.metric_after_per_set) == {"test-set", "other"} and r.metric_after == min(r.metric_after_per_set.values())
     assert r.metric_before == min(r.metric_before_per_set.values())
     nodes = [n.name for n in onnx.load(str(intake / "model.onnx")).graph.node]
     j, k = r.window
     assert 1 <= len(r.kept) <= k - j <= len(nodes)
-    assert list(r.kept) == [n for n in nodes[j:k] if n in r.kept]  # a subset of the window, in graph order
-    pruned = [st for st in r.steps if "pruned" in st]
-    assert all(st["window"] == [j, k] for st in pruned)
-    assert len(r.kept) == (k - j) - sum(st["pruned"][1] - st["pruned"][0] for st in pruned if st["metric"] >= target)
-    # every round that met the target is at least as long as the answer (bisection keeps the shortest it saw)
-    assert all(s["window"][1] - s["window"][0] >= k - j for s in r.steps[1:] if s["metric"] >= target)
-    assert r.steps[1]["window"] == [0, len(nodes)]  # first round: everything promoted (the upper bound)
-    rec = CalibrationRecord.load(tmp_path / "fb")
-    if strategy == "float":
-        assert set(rec.config["nodes_to_exclude"]) == set(r.kept)
-    else:
-        quantized = {t.name for t in rec.tensors}  # (a Conv output feeding a Relu is fused, not quantized)
-        assert {rec.tensor(t).dtype for t in rec.config["tensor_overrides"] if t in quantized} == {"uint16"}
+    assert list(r.kept_names) == [n for n in nodes[j:k] if n in r.kept_names] and all(x.reason for x in r.kept)
+    assert [x.index for x in r.kept] == sorted(nodes.index(x.name) for x in r.kept)
+    assert all(a < b for a, b in r.islands) and sum(b - a for a, b in r.islands) == len(r.kept)
+    assert all(x.met == (x.complete and x.metric >= target) for x in r.rounds)
+    if strategy == "float":  # everything in float is FP32 itself: measured only when it is the answer
+        full = [x for x in r.rounds if x.window == (0, len(nodes)) and not x.pruned]
+        assert not full or (full == [r.rounds[-1]] and len(r.kept) == len(nodes))
+        assert set(CalibrationRecord.load(tmp_path / "fb").config["nodes_to_exclude"]) == set(r.kept_names)
     saved = json.loads((tmp_path / "fb" / "fallback.json").read_text())
-    assert saved["window"] == [j, k] and saved["metric_after_per_set"] == r.metric_after_per_set
+    assert saved["window"] == [j, k] and saved["metric_after_per_set"] == r.metric_after_per_set and saved["schema_version"] == 2
 
 
 def test_prune_zero_keeps_the_window_whole(env, tmp_path):
     root, intake, cset = env
-    r = precision_fallback(intake, StaticQuantConfig(), calibration_set=cset, reference_set=cset, out=tmp_path / "fb",
-                           metric=_rel_err_score, target=0.999, strategy="float", prune=0)
+    r = precision_fallback(intake, _cfg(target=0.999, prune=0), reference_sets=[cset], out=tmp_path / "fb", base=root / "base",
+                           metric=_rel_err_score)
     nodes = [n.name for n in onnx.load(str(intake / "model.onnx")).graph.node]
-    assert r.met and list(r.kept) == nodes[r.window[0]:r.window[1]] and not any("pruned" in st for st in r.steps)
+    assert r.met and list(r.kept_names) == nodes[r.window[0]:r.window[1]] and not any(x.pruned for x in r.rounds)
 
 
 def test_unreachable_target_keeps_the_best_candidate(env, tmp_path):
     root, intake, cset = env
     # int16 activations cannot lift the int8 weights' error: 0.9999 is out of reach on this model
-    r = precision_fallback(intake, StaticQuantConfig(), calibration_set=cset, reference_set=cset, out=tmp_path / "fb",
-                           metric=_rel_err_score, target=0.9999, strategy="int16")
-    assert not r.met and r.metric_after == max(s["metric"] for s in r.steps)
+    r = precision_fallback(intake, _cfg(target=0.9999, strategy="int16"), reference_sets=[cset], out=tmp_path / "fb",
+                           base=root / "base", metric=_rel_err_score)
+    assert not r.met and r.metric_after == max(x.metric for x in r.rounds if x.complete)
     assert CalibrationRecord.load(tmp_path / "fb").fingerprint == r.record_fingerprint
 
 
-def test_fallback_option_errors(env, tmp_path):
+def test_quantizes_first_without_a_base(env, tmp_path):
     root, intake, cset = env
-    with pytest.raises(ConfigError, match="fallback search: 'greedy' must be 'bisect' or 'sqnr'"):
-        precision_fallback(intake, StaticQuantConfig(), calibration_set=cset, reference_set=cset, out=tmp_path / "x", search="greedy")
+    r = precision_fallback(intake, _cfg(target=0.999), reference_sets=[cset], out=tmp_path / "fb", quantize_config=StaticQuantConfig(),
+                           calibration_set=cset, metric=_rel_err_score)
+    assert r.met and r.base_record_fingerprint != r.record_fingerprint
+
+
+def test_early_stop_reads_fewer_images_and_never_passes_a_miss(env, tmp_path):
+    root, intake, cset = env
+    other = make_set(root / "set-es", 8, size=24, name="eight", seed=3)
+    kw = dict(reference_sets=[cset, other], base=root / "base", metric=pixel_iou(0.5))
+    fast = precision_fallback(intake, _cfg(target=0.999, early_stop=True), out=tmp_path / "a", **kw)
+    slow = precision_fallback(intake, _cfg(target=0.999, early_stop=False), out=tmp_path / "b", **kw)
+    assert [x.met for x in fast.rounds] == [x.met for x in slow.rounds] and fast.kept == slow.kept
+    assert sum(x.images for x in fast.rounds) < sum(x.images for x in slow.rounds) == len(slow.rounds) * 12
+    for f, s in zip(fast.rounds, slow.rounds):  # a stopped round's bound is never below the true worst metric
+        assert f.complete or f.metric >= s.metric - 1e-12
+
+
+def test_config_errors_name_the_field(env, tmp_path):
+    root, intake, cset = env
+    with pytest.raises(ConfigError, match="fallback.target: 95 must lie in"):
+        FallbackConfig(target=95)
+    with pytest.raises(ConfigError, match="'greedy' is not one of"):
+        FallbackConfig.from_dict({"search": "greedy"})
+    with pytest.raises(ConfigError, match="repeats: 1 must be >= 3"):
+        FallbackConfig.from_dict({"latency": {"repeats": 1}})
     with pytest.raises(ConfigError, match="names must differ"):
-        precision_fallback(intake, StaticQuantConfig(), calibration_set=cset, reference_set=[cset, cset], out=tmp_path / "x")
-    assert not (tmp_path / "x").exists()
-
-
-def test_fallback_bad_metric_is_one_line_error(env, tmp_path):
-    root, intake, cset = env
+        precision_fallback(intake, _cfg(), reference_sets=[cset, cset], out=tmp_path / "x", base=root / "base")
     with pytest.raises(ConfigError, match="fallback metric returned nan"):
-        precision_fallback(intake, StaticQuantConfig(), calibration_set=cset, reference_set=cset, out=tmp_path / "x",
-                           metric=lambda a, b: float("nan"))
+        precision_fallback(intake, _cfg(), reference_sets=[cset], out=tmp_path / "x", base=root / "base", metric=lambda a, b: float("nan"))
+    other = make_tiny_intake(root / "other-intake", size=16)
+    m = onnx.load(str(other / "model.onnx"))
+    m.graph.initializer[0].float_data[:] = []
+    m.graph.initializer[0].raw_data = np.ones((4, 3, 3, 3), np.float32).tobytes()
+    onnx.save(m, str(other / "model.onnx"))
+    with pytest.raises(ModelError, match="quantized from a float model with digest"):
+        precision_fallback(other, _cfg(), reference_sets=[cset], out=tmp_path / "x", base=root / "base")
     assert not (tmp_path / "x").exists()
 
 
-def test_pixel_iou():
-    a = [np.array([[0.1, 0.5], [0.9, 0.2]])]
-    assert pixel_iou(0.3)(a, [np.array([[0.4, 0.5], [0.1, 0.0]])]) == pytest.approx(1 / 3)
-    assert pixel_iou(0.3)([np.zeros((2, 2))], [np.zeros((2, 2))]) == 1.0
+def test_config_round_trip():
+    c = FallbackConfig.from_dict({"target": 0.96, "recovery": {"fold_affine": True}, "latency": {"threads": [1, 2]}})
+    assert FallbackConfig.from_dict(c.to_dict()) == c and c.to_dict()["latency"]["threads"] == [1, 2]
+
+
+def test_pixel_iou_and_its_bound():
+    a = [{"y": np.array([[0.1, 0.5], [0.9, 0.2]])}]
+    assert pixel_iou(0.3)(a, [{"y": np.array([[0.4, 0.5], [0.1, 0.0]])}]) == pytest.approx(1 / 3)
+    assert pixel_iou(0.3)([{"y": np.zeros((2, 2))}], [{"y": np.zeros((2, 2))}]) == 1.0
+    rng = np.random.default_rng(0)
+    ref = [{"y": rng.random((8, 8))} for _ in range(6)]
+    got = [{"y": np.clip(r["y"] + rng.normal(0, 0.3, (8, 8)), 0, 1)} for r in ref]
+    m = pixel_iou(0.5)
+    for k in range(7):  # the bound after k images is never below the final value, and equals it at the end
+        assert m.upper_bound(ref, got[:k]) >= m(ref, got) - 1e-12
+    assert m.upper_bound(ref, got) == pytest.approx(m(ref, got))
+    with pytest.raises(ConfigError, match="must lie in"):
+        pixel_iou(2.0)

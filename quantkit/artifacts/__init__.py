@@ -10,8 +10,10 @@ from __future__ import annotations
 from .base import Artifact
 from .drift import DriftResult
 from .evaluation import EvalSummary
+from .fallback import FallbackResult, KeptNode, LatencyRow
 from .record import CalibrationRecord, SetRef, TensorScale, scale_diff
 from .thresholds import Binding, Estimate, IntegerThreshold, OperatingPoint, ThresholdSet
 
-__all__ = ["Artifact", "Binding", "CalibrationRecord", "DriftResult", "Estimate", "EvalSummary", "IntegerThreshold",
+__all__ = ["Artifact", "Binding", "CalibrationRecord", "DriftResult", "Estimate", "EvalSummary", "FallbackResult", "IntegerThreshold",
+           "KeptNode", "LatencyRow",
            "OperatingPoint", "SetRef", "TensorScale", "ThresholdSet", "scale_diff"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +62,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        description="Copy N images of each source set (spread evenly over its manifest order; all without :N) "
                                    "into DEST/images and register DEST; the manifest records the composition.")
     c.add_argument("dest", help="new set folder (must not exist)")
-    c.add_argument("--from", dest="sources", action="append", required=True, metavar="SET[:N]",
-                   help="source set folder, optionally :N images; repeat for each source")
+    c.add_argument("--from", dest="sources", action="extend", nargs="+", required=True, metavar="SET[:N]",
+                   help="source set folder, optionally :N images; repeat for each source (with --cover: the base set only)")
+    c.add_argument("--cover", action="extend", nargs="+", metavar="DRIFT", default=None,
+                   help="drift results (files or folders, e.g. work/drift): add, for each condition (camera, lighting) they flag, "
+                        "the --pool set of that condition with the base's image count")
+    c.add_argument("--pool", action="extend", nargs="+", metavar="SET", default=None, help="with --cover: calibration sets to pick from")
     c.add_argument("--name", required=True, help="name of the new set, e.g. cam1-day+night")
     c.add_argument("--kind", choices=("calibration", "reference", "site"), help=f"what the set is for (default {_defaults('compose_set')['kind']})")
     c.add_argument("--json", action="store_true", help="print the new set as JSON")
@@ -191,8 +196,24 @@ def _parse_source(spec: str) -> tuple[str, int | None]:
 
 def _compose(args: argparse.Namespace) -> int:
     from ..calibset import compose_set
+    from ..errors import ConfigError
 
-    cset = compose_set([_parse_source(s) for s in args.sources], args.dest, name=args.name, **({"kind": args.kind} if args.kind else {}))
+    sources: list = [_parse_source(s) for s in args.sources]
+    notes = []
+    if args.cover:
+        from ..calibset.cover import covering_sources
+
+        if len(sources) != 1:
+            raise ConfigError("--cover: give one --from set (the deployed calibration set, e.g. calibration_sets/cam1-day:32); the rest comes from --pool")
+        cov = covering_sources(sources[0], args.cover, args.pool or [])
+        sources = list(cov.sources)
+        notes = [f"drift flagged {name} ({cam}/{light})" for name, cam, light in cov.flagged] or ["drift flagged no site set: the base set alone"]
+        notes += [f"warning: no --pool set covers {cam}/{light}; capture and register one" for cam, light in cov.uncovered]
+    elif args.pool:
+        raise ConfigError("--pool is used with --cover only; list the sources with --from")
+    cset = compose_set(sources, args.dest, name=args.name, **({"kind": args.kind} if args.kind else {}))
+    for n in notes:
+        print(n, file=sys.stderr)
     if args.json:
         _print_json({**cset.to_dict(), "composition": (cset.generator or {}).get("composition")})
         return 0

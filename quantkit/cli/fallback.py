@@ -1,76 +1,123 @@
-"""``quantkit fallback``: quantize, then keep the fewest nodes in float (or 16 bits) until the task metric
-against FP32 reaches a target on every reference set."""
+"""``quantkit fallback``: keep the fewest nodes of an 8-bit model in float (or 16 bits) until its agreement
+with FP32 reaches a target on every reference set; time the result against FP32."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from typing import Any
 
-HELP = "quantize with automatic precision fallback until pixel IoU vs FP32 >= --target on every reference set"
+HELP = "precision fallback: promote the fewest nodes until agreement with FP32 reaches the target on every reference set"
+
+#: Flags that override one field of the params ``fallback`` section (no defaults here: they live in FallbackConfig).
+OVERRIDES: dict[str, tuple[str, Any, str]] = {
+    "target": ("--target", float, "agreement with FP32 the worst reference set must reach, in (0, 1]"),
+    "strategy": ("--strategy", str, "float: promoted nodes stay float; int16: their activations get 16 bits"),
+    "search": ("--search", str, "bisect: task-metric bisection over the node order; sqnr: local-SQNR ranking"),
+    "prune": ("--prune", int, "bisect: blocks of the window tried back in 8 bits (0: off)"),
+    "max_kept": ("--max-kept", int, "most nodes (bisect) / activations (sqnr) promoted"),
+    "max_reference_images": ("--max-reference-images", int, "use the first N images of each reference set"),
+}
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("fallback", help=HELP, description=HELP + ". Quantization options come from the 'quantize' "
-                              "section of --params (static fields), as for 'quantkit quantize'. The metric is the pooled IoU of "
-                              "the binarized first output (output > --thresh), INT8 vs FP32 (a segmentation / DB text map in [0, 1]).")
+    p = subparsers.add_parser("fallback", help=HELP, description=HELP + ". Settings come from the 'fallback' section of --params "
+                              "(FallbackConfig; flags override single fields); the agreement metric is the task adapter's primary one (params "
+                              "'models.NAME.task' / 'task': pixel IoU of the binarized map for db_text, box F1 vs FP32 for box_detector). Start from a quantize output (--base) or quantize first "
+                              "(--calibration-set, options from --quantize-section).")
     p.add_argument("intake", help="intake folder (model.onnx + export_note.json)")
-    p.add_argument("--calibration-set", required=True, metavar="DIR", help="calibration set folder (compose day + night with 'quantkit calibset compose')")
-    p.add_argument("--reference-set", required=True, action="append", metavar="DIR",
-                   help="reference set folder the metric is measured on; repeat for each condition (the worst set counts)")
-    p.add_argument("--target", type=float, default=0.95, help="metric to reach on every reference set (default 0.95)")
-    p.add_argument("--thresh", type=float, default=0.3, help="binarization threshold of the output map (default 0.3)")
-    p.add_argument("--strategy", choices=["float", "int16"], default="float", help="keep promoted nodes in float (default) or 16-bit activations")
-    p.add_argument("--search", choices=["bisect", "sqnr"], default="bisect", help="task-metric bisection over the node order (default) or local-SQNR ranking")
-    p.add_argument("--step", type=int, default=4, help="sqnr search: activations promoted per round (default 4)")
-    p.add_argument("--max-kept", type=int, default=None, metavar="N", help="most nodes (bisect) / activations (sqnr) to promote")
-    p.add_argument("--prune", type=int, default=8, metavar="B", help="bisect: then try handing each of B blocks of the window back to 8 bits (default 8; 0: off)")
-    p.add_argument("--max-reference-images", type=int, default=None, metavar="N", help="use the first N images of each reference set")
-    p.add_argument("--params", metavar="YAML", help="params file with a 'quantize' section (default: built-in defaults)")
-    p.add_argument("--section", default="quantize", help="params section to read (default: quantize)")
-    p.add_argument("--method", choices=["minmax", "entropy", "percentile", "distribution"], help="override the calibration method")
+    p.add_argument("--reference-set", required=True, action="extend", nargs="+", metavar="DIR",
+                   help="reference sets the metric is measured on, one per condition (the worst set counts)")
+    p.add_argument("--base", metavar="DIR", help="quantize output to start from (model_int8.onnx + record.json; its ranges are reused)")
+    p.add_argument("--calibration-set", metavar="DIR", help="without --base: quantize on this set first; with recovery: the images it reads")
+    p.add_argument("--deployed", metavar="DIR", help="deployed quantize output, timed beside the result")
+    p.add_argument("--params", metavar="YAML", help="params file ('fallback', 'task' and the quantize section)")
+    p.add_argument("--model", help="name under params 'models': its sections (task, fallback, ...) override the top-level ones")
+    p.add_argument("--section", default="fallback", help="params section of the fallback settings")
+    p.add_argument("--quantize-section", default="quantize", help="params section of the quantization options (without --base)")
+    for field, (flag, typ, text) in OVERRIDES.items():
+        kw: dict[str, Any] = {"choices": ["float", "int16"]} if field == "strategy" else {"choices": ["bisect", "sqnr"]} if field == "search" else {}
+        p.add_argument(flag, dest=field, type=typ, default=None, help=text + " (overrides the params value)", **kw)
     p.add_argument("--out", required=True, metavar="DIR", help="output folder: model_int8.onnx, record.json, fallback.json (written whole or not at all)")
     p.add_argument("--json", action="store_true", help="print fallback.json")
     p.set_defaults(func=run)
 
 
+def build_config(args: argparse.Namespace) -> Any:
+    """Params ``fallback`` section (``models.<model>.fallback`` when ``--model`` has one; defaults without
+    --params) + flag overrides -> FallbackConfig."""
+    from ..config import config_from_params
+    from ..quantize.fallback.config import FallbackConfig
+
+    config = config_from_params(FallbackConfig, args.params, args.section, model=getattr(args, "model", None))
+    overrides = {k: getattr(args, k) for k in OVERRIDES if getattr(args, k) is not None}
+    return config.replace(**overrides) if overrides else config
+
+
+def _metric(args: argparse.Namespace) -> Any:
+    """The task adapter's primary agreement metric (params ``models.<model>.task`` / ``task``; db_text defaults),
+    completed from the intake model (:meth:`~quantkit.tasks.TaskAdapter.with_model`: e.g. a grid decoder's input size)."""
+    from pathlib import Path
+
+    from ..config import config_from_params, has_section
+    from ..modelio import load_model
+    from ..quantize.fallback.metric import agreement_metric
+    from ..tasks import TaskConfig
+
+    model = getattr(args, "model", None)
+    cfg = config_from_params(TaskConfig, args.params, "task", model=model) if has_section(args.params, "task", model=model) else TaskConfig()
+    intake = Path(args.intake)
+    task = cfg.make().with_model(load_model(intake / "model.onnx" if intake.is_dir() else intake, load_external_data=False))
+    return agreement_metric(task)
+
+
 def run(args: argparse.Namespace) -> int:
     from ..errors import ConfigError
-    from ..quantize import StaticQuantConfig, precision_fallback
-    from ..quantize.fallback import pixel_iou
-    from .quantize import build_config
+    from ..quantize.fallback import precision_fallback
 
-    if not 0.0 < args.target <= 1.0:
-        raise ConfigError(f"--target {args.target}: pixel IoU targets lie in (0, 1], e.g. 0.95")
-    if not 0.0 < args.thresh < 1.0:
-        raise ConfigError(f"--thresh {args.thresh}: the output map is a probability, its threshold lies in (0, 1), e.g. 0.3")
-    if args.max_reference_images is not None and args.max_reference_images < 1:
-        raise ConfigError(f"--max-reference-images {args.max_reference_images}: give at least 1 (or leave it out for every image)")
-    ns = argparse.Namespace(params=args.params, section=args.section, dynamic=False, method=args.method, chunk_size=None, max_images=None)
-    config = build_config(ns)
-    assert isinstance(config, StaticQuantConfig)
-    r = precision_fallback(args.intake, config, calibration_set=args.calibration_set, reference_set=args.reference_set, out=args.out,
-                           target=args.target, metric=pixel_iou(args.thresh), strategy=args.strategy, search=args.search,
-                           step=args.step, max_kept=args.max_kept, max_reference_images=args.max_reference_images, prune=args.prune)
+    config = build_config(args)
+    qconfig = None
+    if args.base is None:
+        if not args.calibration_set:
+            raise ConfigError("fallback: pass --base DIR (a quantize output) or --calibration-set DIR to quantize on")
+        from .quantize import build_config as quantize_config
+
+        qconfig = quantize_config(argparse.Namespace(params=args.params, section=args.quantize_section, dynamic=False, method=None,
+                                                     chunk_size=None, max_images=None))
+    if not sys.stderr.isatty():  # no progress bar: one log line per round instead
+        logging.getLogger("quantkit.quantize.fallback").setLevel(logging.INFO)
+    r = precision_fallback(args.intake, config, reference_sets=args.reference_set, out=args.out, base=args.base, quantize_config=qconfig,
+                           calibration_set=args.calibration_set, metric=_metric(args), deployed=args.deployed)
+    ok = r.met and not (config.fail_if_slower and r.slower_than_fp32)
     if args.json:
         print(json.dumps(r.to_dict(), indent=2, sort_keys=True))
-        return 0 if r.met else 1
-    w = sys.stdout.write
-    w(f"wrote {args.out}/model_int8.onnx, record.json and fallback.json ({r.search}, {r.strategy})\n")
-    w(f"pixel IoU vs FP32 (worst reference set): {r.metric_before:.4f} -> {r.metric_after:.4f}, target {r.target}: "
-      f"{'met' if r.met else 'NOT met'} after {len(r.steps) - 1} rounds\n")
-    for name, before in r.metric_before_per_set.items():
-        w(f"  {name:<24} {before:.4f} -> {r.metric_after_per_set[name]:.4f}\n")
-    what = "nodes kept in float" if r.strategy == "float" else "activations in 16 bits"
-    span = f" (within nodes {r.window[0]}..{r.window[1] - 1} in graph order)" if r.window else ""
-    w(f"{len(r.kept)} {what}{span}: {', '.join(r.kept[:8])}{' ...' if len(r.kept) > 8 else ''}\n")
-    w(f"latency per image: FP32 {r.fp32_ms:.1f} ms, INT8 {r.int8_ms_before:.1f} ms -> {r.int8_ms_after:.1f} ms "
-      f"({r.fp32_ms / r.int8_ms_after:.2f}x FP32)\n")
-    if r.int8_ms_after >= r.fp32_ms:
-        w(f"warning: the written model is not faster than FP32 here ({r.int8_ms_after:.1f} vs {r.fp32_ms:.1f} ms per image)\n")
+        return 0 if ok else 1
+    sys.stdout.write(render(r, args.out))
+    return 0 if ok else 1
+
+
+def render(r: Any, out: str) -> str:
+    """The human summary of a :class:`~quantkit.quantize.fallback.FallbackResult`."""
+    lines = [f"wrote {out}/model_int8.onnx, record.json and fallback.json ({r.search}, {r.strategy})",
+             f"{r.metric} vs FP32, worst reference set: {r.metric_before:.4f} -> {r.metric_after:.4f}, target {r.target}: "
+             f"{'met' if r.met else 'NOT met'} after {len(r.rounds)} rounds ({r.seconds.get('search', 0):.0f} s)"]
+    lines += [f"  {name:<24} {before:.4f} -> {r.metric_after_per_set.get(name, float('nan')):.4f}" for name, before in r.metric_before_per_set.items()]
+    for s in r.recovery:
+        lines.append(f"recovery {s.name}: {', '.join(f'{k} {v}' for k, v in s.detail.items() if not isinstance(v, (list, dict)))}"
+                     + (f"; metric {s.metric_before:.4f} -> {s.metric_after:.4f}" if s.metric_before is not None and s.metric_after is not None else ""))
+    what = "nodes kept in float" if r.strategy == "float" else "nodes with 16-bit activations"
+    lines.append(f"{len(r.kept)} {what} in {len(r.islands)} islands ({r.transitions} Q/DQ transitions)"
+                 + (f": {', '.join(r.kept_names[:8])}{' ...' if len(r.kept) > 8 else ''}" if r.kept else ""))
+    for row in r.latency:
+        dep = f", deployed {row.deployed_ms:.1f} ms ({row.speedup_vs_deployed:.2f}x)" if row.deployed_ms is not None else ""
+        lines.append(f"latency {row.runtime} {row.threads} thread{'s' if row.threads > 1 else ''} (median of {row.repeats}, interleaved): "
+                     f"FP32 {row.fp32_ms:.1f} ms, all-8-bit {row.base_ms:.1f} ms, result {row.candidate_ms:.1f} ms "
+                     f"({row.speedup_vs_fp32:.2f}x FP32){dep}")
+    for where in r.slower_than_fp32:
+        lines.append(f"warning: the result is not faster than FP32 on {where}")
     if not r.met:
-        other = "--strategy float, " if r.strategy != "float" else ""
-        w(f"target not met (exit 1): the model with the highest metric was written; try {other}a calibration set covering "
-          "every condition ('quantkit calibset compose'), or a lower --target\n")
-    return 0 if r.met else 1
+        lines.append("target not met (exit 1): the candidate with the highest metric was written; try a calibration set covering every "
+                     "condition ('quantkit calibset compose'), recovery options, or a lower target")
+    return "\n".join(lines) + "\n"

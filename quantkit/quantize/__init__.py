@@ -14,7 +14,7 @@ _WHERE = {
     "DynamicQuantConfig": "config", "StaticQuantConfig": "config", "TensorOverride": "config",
     "MODEL_FILE": "engine", "RECORD_FILE": "engine", "quantize": "engine", "replay": "engine",
     "clipping_rates": "compare", "compare_layers": "compare", "plot_layer_errors": "compare", "TensorComparison": "compare",
-    "precision_fallback": "fallback", "FallbackResult": "fallback",
+    "precision_fallback": "fallback", "FallbackResult": "fallback", "FallbackConfig": "fallback",
     "export_aimet": "aimet", "import_aimet": "aimet",
     "effective_levels": "outputs", "ChannelRange": "outputs", "OutputLevels": "outputs",
 }

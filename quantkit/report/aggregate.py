@@ -213,6 +213,7 @@ def build_model_report(inputs: ModelInputs, cfg: ReportConfig) -> ModelReport:
         BindingMismatchError: artifacts that do not belong together (names both sides).
     """
     from ..tasks import adapter_class
+    from .candidate import deploy_commands
 
     dep_rec = CalibrationRecord.load(inputs.deployed)
     roles = {"deployed": (dep_rec, _thresholds(inputs.deployed_thresholds, inputs.deployed), inputs.deployed)}
@@ -237,18 +238,27 @@ def build_model_report(inputs: ModelInputs, cfg: ReportConfig) -> ModelReport:
     primary = summary.metric(summary.primary_metric)
     decision, lines = verdict(sites, primary, summary.item, dep_rec.set_name, cand[0].set_name if cand else None, cfg, same_calibration=same)
     fallback = _fallback(inputs.candidate) if inputs.candidate else None
+    deploy = tuple(deploy_commands(inputs.name, inputs.candidate, inputs.candidate_thresholds, fallback)) \
+        if fallback is not None and inputs.candidate is not None and inputs.candidate_thresholds is not None else ()
+    if deploy:  # a fallback candidate keeps nodes in float: a new calibration alone would not reproduce it
+        lines = [f"To deploy it: it came from the precision fallback ({len(fallback.kept)} nodes kept in float), so recalibrating the "
+                 f"deployed model on its set would not reproduce it; bundle and verify it: '{deploy[0]}', then '{deploy[1]}'."
+                 if line.startswith("To deploy it: set calibrations.deployed") else line for line in lines]
     provenance = {role: {"record": r.fingerprint, "model_digest": r.model_digest, "quantized_model_digest": r.quantized_model_digest,
                          "calibration_set": r.set_name, "calibration_set_id": r.set_id, "method": r.config.get("method"),
                          "thresholds": ts.fingerprint, "versions": r.versions} for role, (r, ts, _) in roles.items()}
     return ModelReport(inputs.name, summary.task, summary.item, summary.scores, primary, summary.metrics, tuple(sites), decision,
                        tuple(lines), dep_rec.set_name, cand[0].set_name if cand else None,
                        tuple(threshold_table(roles["deployed"][1], cand[1] if cand else None)),
-                       tuple(scale_moves(dep_rec, cand[0], cfg.top_tensors)) if cand and not same else (), fallback, provenance)
+                       tuple(scale_moves(dep_rec, cand[0], cfg.top_tensors)) if cand and not same else (), fallback, provenance, deploy)
 
 
-def _fallback(candidate: Path) -> dict[str, Any] | None:
-    p = candidate / "fallback.json"
-    return read_json(p, "fallback result") if p.is_file() else None
+def _fallback(candidate: Path) -> Any:
+    """The candidate's typed ``fallback.json`` (:class:`quantkit.artifacts.FallbackResult`), or None without one."""
+    from ..artifacts.fallback import FallbackResult
+
+    p = candidate / FallbackResult.FILENAME
+    return FallbackResult.load(p) if p.is_file() else None
 
 
 def build_report(models: Sequence[ModelInputs], config: ReportConfig | None = None) -> Any:

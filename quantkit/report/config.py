@@ -30,6 +30,8 @@ class ReportConfig(Config):
         fp32_min_accuracy: on a labelled site set, FP32's accuracy against the labels (the task's first accuracy
             metric) below this says the model itself fails there: recalibration cannot fix it, and the verdict says so.
         title: report title.
+        candidate_latency: show the latency the fallback measured for the candidate (vs FP32 and deployed; from
+            its ``fallback.json``). Machine-dependent: a re-run on another machine rewrites those figures.
     """
 
     PARAMS_OPTIONAL: ClassVar[bool] = True
@@ -45,6 +47,7 @@ class ReportConfig(Config):
     top_tensors: int = 10
     fp32_min_accuracy: float = 0.5
     title: str = "Quantization shift report"
+    candidate_latency: bool = True
 
     def validate(self) -> None:
         if not 0.0 < self.min_agreement <= 1.0:

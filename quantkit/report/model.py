@@ -89,8 +89,10 @@ class ModelReport:
     candidate_calibration: str | None
     thresholds: tuple[dict[str, Any], ...]
     scale_moves: tuple[dict[str, Any], ...]
-    fallback: dict[str, Any] | None
+    fallback: Any  # quantkit.artifacts.FallbackResult of the candidate, or None
     provenance: dict[str, Any]
+    deploy: tuple[str, ...] = ()
+    """Commands that package and verify the candidate (when it came from a fallback)."""
 
     def site(self, name: str) -> SiteReport | None:
         return next((s for s in self.sites if s.name == name), None)
@@ -137,7 +139,7 @@ class ShiftReport:
         return {"schema_version": SCHEMA_VERSION, "title": self.title, "decision": self.decision,
                 "models": {m.name: {"task": m.task, "decision": m.decision, "verdict": list(m.verdict),
                                     "sites": {s.name: [x.to_dict() for x in s.metrics] for s in m.sites},
-                                    "thresholds": list(m.thresholds), "scale_moves": list(m.scale_moves), "fallback": m.fallback,
+                                    "thresholds": list(m.thresholds), "scale_moves": list(m.scale_moves), "fallback": m.fallback.to_dict() if m.fallback is not None else None,
                                     "provenance": m.provenance} for m in self.models},
                 "config": self.config.to_dict()}
 

@@ -18,7 +18,7 @@ from markupsafe import Markup
 
 from .._io import atomic_output_dir, atomic_write_json, atomic_write_text, canonical_json
 from ..versions import tool_versions
-from . import plots
+from . import candidate, plots
 from .model import ModelReport, ShiftReport
 from .verdict import drift_label, plural
 
@@ -85,16 +85,6 @@ def _thumbs(m: ModelReport, px: int) -> dict[str, list[Markup]]:
     return out
 
 
-def _fallback_html(m: ModelReport) -> Markup:
-    fb = m.fallback or {}
-    kept = fb.get("kept") or fb.get("kept_nodes") or []
-    target = fb.get("target")
-    metric = fb.get("metric", m.primary.label)
-    return Markup("<p>The candidate was made one model for every condition: {} kept in float (the rest INT8) so that {} reaches "
-                  "{} on every reference set. Nodes kept in float: <code>{}</code>.</p>").format(
-        f"{len(kept)} nodes", metric, target if target is not None else "the target", ", ".join(map(str, kept[:40])) + (" ..." if len(kept) > 40 else ""))
-
-
 def render_html(report: ShiftReport) -> str:
     """The report as one self-contained HTML document (UTF-8 text), deterministic for the same report."""
     from importlib import resources
@@ -119,7 +109,7 @@ def render_html(report: ShiftReport) -> str:
         "effects": {m.name: {s.name: {(e.name, e.metric): e for e in (s.drift.statistics if s.drift else ())} for s in m.sites} for m in report.models},
         "figures": {m.name: _figures(m, report) for m in report.models},
         "thumbs": {m.name: _thumbs(m, cfg.thumbnail_px) for m in report.models},
-        "fallback_html": {m.name: _fallback_html(m) for m in report.models if m.fallback},
+        "fallback_html": {m.name: candidate.html(m, cfg.candidate_latency) for m in report.models if m.fallback is not None},
         "provenance": {m.name: canonical_json(m.provenance) for m in report.models},
         "versions": canonical_json(tool_versions(("quantkit", "onnx", "onnxruntime", "numpy", "pandas", "scipy", "matplotlib"), python=True)),
     }
@@ -142,6 +132,7 @@ def render_markdown(report: ShiftReport) -> str:
         for t in m.thresholds:
             lines.append(f"| {t['name']} | " + " | ".join("–" if t[k] is None else str(t[k]) for k in ("fp32", "deployed", "deployed_int", "candidate", "candidate_int")) + " |")
         lines.append("")
+        lines += candidate.markdown(m, report.config.candidate_latency)
     return "\n".join(lines)
 
 

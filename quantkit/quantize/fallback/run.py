@@ -1,0 +1,239 @@
+""":func:`precision_fallback`: quantize (or start from a quantized model), recover, search, time, write."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..._io import atomic_output_dir, sha256_file
+from ...artifacts.record import CalibrationRecord
+from ...errors import ConfigError, ModelError
+from ...progress import progress
+from ..config import StaticQuantConfig
+from .candidates import Builder, Prober, ReferenceData, Scorer, load_references
+from .config import FallbackConfig
+from .graph import check_names, islands, named_copy, nodes_of_tensors, transitions
+from .latency import measure_latency
+from .metric import Metric, agreement_metric, describe
+from ...artifacts.fallback import FallbackResult, KeptNode, LatencyRow
+from .search import bisect_rounds, bisect_window, prune_window, rank_sensitivity, sqnr_search
+
+log = logging.getLogger(__name__)
+
+#: Reference images timed per latency run (cycled over the repeats).
+LATENCY_IMAGES = 4
+
+
+def _base(intake: Path, model: Any, model_path: Path, note: Any, digest: str, work: Path, base: str | Path | None,
+          quantize_config: StaticQuantConfig | None, calibration_set: Any) -> tuple[Path, CalibrationRecord, StaticQuantConfig]:
+    """The 8-bit model the search starts from: ``base`` (a quantize output folder) or a fresh quantization."""
+    from ..engine import MODEL_FILE, _static
+
+    if base is not None:
+        if quantize_config is not None:
+            raise ConfigError("fallback: give a quantized base folder or a quantization config, not both")
+        folder = Path(base)
+        rec = CalibrationRecord.load(folder)
+        if rec.mode != "static":
+            raise ConfigError(f"{folder}: the base must be statically quantized (its record is {rec.mode}); run 'quantkit quantize --calibration-set'")
+        if rec.model_digest != digest:
+            raise ModelError(f"{folder}/record.json: quantized from a float model with digest {rec.model_digest[:12]}, not {intake} "
+                             f"({digest[:12]}); quantize {intake} again")
+        if not (folder / MODEL_FILE).is_file():
+            raise ModelError(f"{folder}: {MODEL_FILE} is missing; re-run 'quantkit quantize'")
+        return folder / MODEL_FILE, rec, StaticQuantConfig.from_dict(rec.config, where=f"{folder}/record.json: config")
+    if quantize_config is None or calibration_set is None:
+        raise ConfigError("fallback: give a quantized base folder (--base) or a calibration set to quantize on")
+    d = work / "base"
+    d.mkdir()
+    rec = _static(model, model_path, note, quantize_config, calibration_set, d, None, None)
+    return d / MODEL_FILE, rec, quantize_config
+
+
+def _calibration_images(rec: CalibrationRecord, calibration_set: Any, note: Any, n: int) -> list[Any]:
+    from ...calibset import CalibrationSet, CalibrationSetReader
+
+    src = calibration_set if calibration_set is not None else (rec.calibration_set.path if rec.calibration_set else None)
+    if src is None:
+        raise ConfigError("fallback.recovery needs calibration images: pass --calibration-set")
+    cset = src if isinstance(src, CalibrationSet) else CalibrationSet.load(src)
+    if rec.calibration_set and cset.set_id != rec.calibration_set.set_id:
+        raise ConfigError(f"{cset.root}: set id {cset.set_id[:12]} is not the base record's calibration set {rec.calibration_set.set_id[:12]}; "
+                          "give the set the base was calibrated on")
+    reader = CalibrationSetReader(cset, note.preprocessing)
+    reader.set_range(0, min(n, len(reader)))
+    return [x for _, x in reader.iter_batches()]
+
+
+def _search(config: FallbackConfig, model: Any, names: list[str], probe: Prober, refs: ReferenceData, work: Path,
+            base_model: Path, base_rec: CalibrationRecord) -> tuple[list[str] | None, dict[str, str], tuple[int, int] | None]:
+    """Run the configured search; ``(kept or None when nothing met the target, reasons, window)``."""
+    if config.search == "bisect":
+        limit = len(names) if config.max_kept is None else min(config.max_kept, len(names))
+        window = bisect_window(names, probe, limit=limit, full_meets=config.strategy == "float" and limit == len(names),
+                               find_start=config.prune == 0)
+        if window is None:
+            return None, {}, None
+
+        def cost(kept: Sequence[str]) -> float:
+            return len(kept) + config.transition_cost * transitions(model, kept)
+
+        kept, why = prune_window(names, window, probe, blocks=config.prune, cost=cost)
+        return kept, why, window
+    from ..compare import compare_layers
+
+    fp32_path = work / "float.onnx"
+    fp32_path.write_bytes(model.SerializeToString())
+    table = compare_layers(fp32_path, base_model, base_rec, [x for f in refs.feeds for x in f])
+    order = rank_sensitivity(model, table)
+    limit = min(48 if config.max_kept is None else config.max_kept, len(order))
+    kept = sqnr_search(order, probe, step=config.step, limit=limit)
+    return kept, {t: "among the activations whose local SQNR loss ranks highest" for t in kept or []}, None
+
+
+def _latency(config: FallbackConfig, refs: ReferenceData, models: dict[str, Any]) -> tuple[LatencyRow, ...]:
+    feeds = [{refs.input_name: x} for f in refs.feeds for x in f[:LATENCY_IMAGES]][:LATENCY_IMAGES]
+    timings = measure_latency(models, feeds, config.latency)
+    rows = []
+    for rt in config.latency.runtimes:
+        for t in config.latency.threads:
+            ms = {x.model: x.median_ms for x in timings if x.runtime == rt and x.threads == t}
+            dep = ms.get("deployed")
+            rows.append(LatencyRow(runtime=rt, threads=t, repeats=config.latency.repeats, fp32_ms=round(ms["fp32"], 3),
+                                   base_ms=round(ms["base"], 3), candidate_ms=round(ms["candidate"], 3),
+                                   deployed_ms=None if dep is None else round(dep, 3),
+                                   speedup_vs_fp32=round(ms["fp32"] / ms["candidate"], 3),
+                                   speedup_vs_deployed=None if dep is None else round(dep / ms["candidate"], 3)))
+    return tuple(rows)
+
+
+def precision_fallback(intake: str | Path, config: FallbackConfig, *, reference_sets: Sequence[Any], out: str | Path,
+                       base: str | Path | None = None, quantize_config: StaticQuantConfig | None = None,
+                       calibration_set: Any = None, metric: Metric | None = None, deployed: str | Path | None = None) -> FallbackResult:
+    """Promote the fewest nodes (float or 16 bits) until the metric vs FP32 reaches ``config.target`` on every
+    reference set, then time the result against FP32.
+
+    Args:
+        intake: intake folder (``model.onnx`` + ``export_note.json``).
+        config: :class:`FallbackConfig` (params.yaml ``fallback``).
+        reference_sets: set folders or CalibrationSets (e.g. day and night); the worst set counts.
+        out: gets ``model_int8.onnx``, ``record.json`` and ``fallback.json`` at once, or nothing.
+        base: a quantize output folder to start from (its record's calibrated ranges are reused; no
+            calibration image is read again unless recovery needs some). Or instead:
+        quantize_config / calibration_set: quantize first with these.
+        calibration_set: also the images recovery reads (default: the base record's calibration set).
+        metric: :data:`.metric.Metric`; default :func:`.metric.agreement_metric` (pixel IoU at 0.3).
+        deployed: the deployed ``model_int8.onnx`` (or its folder), timed beside the result.
+
+    Returns:
+        the :class:`FallbackResult` written to ``out/fallback.json``. ``out`` holds the candidate that met the
+        target with the fewest promoted nodes the search found, or (target missed) the one with the highest metric.
+
+    Raises:
+        ConfigError, ModelError, CalibrationSetError: bad inputs (one line, naming the file or field); ``out``
+            is left as it was.
+    """
+    from ..engine import MODEL_FILE, RECORD_FILE, load_intake
+
+    t0 = time.perf_counter()
+    metric = metric or agreement_metric()
+    model_path, model0, note = load_intake(intake)
+    model, renamed = named_copy(model0)
+    if renamed:
+        log.info("fallback: %d unnamed nodes named <op_type>_<index> (graph order)", renamed)
+    digest = sha256_file(model_path)
+    refs = load_references(reference_sets, note, model_path, config.max_reference_images)
+    with tempfile.TemporaryDirectory(prefix="quantkit-fallback-") as work_s:
+        work = Path(work_s)
+        base_model, base_rec, qconfig = _base(Path(intake), model, model_path, note, digest, work, base, quantize_config, calibration_set)
+        scorer = Scorer(refs, metric, config.target, early_stop=config.early_stop)
+        rec = _recover(config, model, model_path, note, base_model, base_rec, qconfig, calibration_set, scorer, work)
+        names = check_names(rec.model)
+        units = "nodes" if config.search == "bisect" else "tensors"
+        total = bisect_rounds(len(names), config.prune) if config.search == "bisect" else -(-min(48, len(names)) // config.step)
+        bar = iter(progress(range(total + 1), total=total + 1, desc="fallback", unit="round"))
+        probe = Prober(Builder(rec.model, model_path, note, rec.config, rec.record, config.strategy, work / "rounds", rec.exact), scorer,
+                       units, on_round=lambda: next(bar, None))
+        r0 = probe([], {}, full=True)
+        if rec.steps:  # the last step's model is the one round 0 measured
+            rec.steps[-1] = dataclasses.replace(rec.steps[-1], metric_after=r0.metric)
+        chosen, why, window = (list(), {}, None) if r0.met else _search(config, rec.model, names, probe, refs, work, base_model, base_rec)
+        for _ in bar:
+            pass
+        final, final_score, why = _final(probe, scorer, chosen, why, window)
+        t_search = time.perf_counter() - t0
+        models = {"fp32": model_path, "base": probe.seen[()].folder / MODEL_FILE, "candidate": final.folder / MODEL_FILE}
+        if deployed is not None:
+            models["deployed"] = Path(deployed) / MODEL_FILE if Path(deployed).is_dir() else Path(deployed)
+        lat = _latency(config, refs, models)
+        chosen = list(probe.key_of(final))
+        promoted = chosen if units == "nodes" else nodes_of_tensors(rec.model, chosen)
+        index = {n.name: (i, n.op_type) for i, n in enumerate(rec.model.graph.node)}
+        record = dataclasses.replace(final.record, calibration={**final.record.calibration, "recovery": [s.to_dict() for s in rec.steps],
+                                                                "fallback": {"target": config.target, "metric": describe(metric), "promoted": len(chosen)}})
+        result = FallbackResult(
+            met=final_score.metric >= config.target, target=config.target, metric=describe(metric), strategy=config.strategy,
+            search=config.search, metric_before=r0.metric, metric_after=final_score.metric, metric_before_per_set=dict(r0.per_set),
+            metric_after_per_set=dict(final_score.per_set), reference_sets=tuple(refs.sets),
+            kept=tuple(KeptNode(name=n, index=index[n][0] if n in index else -1, op_type=index[n][1] if n in index else "tensor",
+                                reason=why.get(n, "")) for n in chosen),
+            islands=tuple(islands(names, promoted)), transitions=transitions(rec.model, promoted), rounds=tuple(probe.rounds), latency=lat,
+            record_fingerprint=record.fingerprint, base_record_fingerprint=base_rec.fingerprint, model_digest=digest, window=window,
+            slower_than_fp32=tuple(f"{r.runtime}@{r.threads}" for r in lat if r.candidate_ms >= r.fp32_ms), recovery=tuple(rec.steps),
+            renamed_nodes=renamed, seconds={"search": round(t_search, 1), "total": round(time.perf_counter() - t0, 1)})
+        with atomic_output_dir(out) as tmp:
+            (tmp / MODEL_FILE).write_bytes((final.folder / MODEL_FILE).read_bytes())
+            record.save(tmp / RECORD_FILE)
+            result.save(tmp / FallbackResult.FILENAME)
+    return result
+
+
+def _recover(config: FallbackConfig, model: Any, model_path: Path, note: Any, base_model: Path, base_rec: CalibrationRecord,
+             qconfig: StaticQuantConfig, calibration_set: Any, scorer: Scorer, work: Path) -> Any:
+    """Apply the recovery techniques; each step but the last is scored here (round 0 scores the last)."""
+    from ..recovery.apply import apply_recovery
+
+    rc = config.recovery
+    if not rc.any:
+        return apply_recovery(model, base_rec, qconfig, rc)
+    images = _calibration_images(base_rec, calibration_set, note, rc.images) if rc.needs_images else []
+    from ..recovery.apply import STEPS
+
+    last = sum(bool(getattr(rc, name)) for name, _ in STEPS)
+    done = []
+
+    def measure(m: Any, r: CalibrationRecord, c: StaticQuantConfig) -> float | None:
+        done.append(1)
+        if len(done) == last:
+            return None
+        b = Builder(m, model_path, note, c, r, "float", work / f"recovery{len(done)}")
+        return Prober(b, scorer, "nodes")([], {}, full=True).metric
+
+    before = scorer.score(base_model, full=True).metric
+    return apply_recovery(model, base_rec, qconfig, rc, images=images, input_name=scorer.refs.input_name, measure=measure, metric_before=before)
+
+
+def _final(probe: Prober, scorer: Scorer, chosen: list[str] | None, why: dict[str, str],
+           window: tuple[int, int] | None) -> tuple[Any, Any, dict[str, str]]:
+    """The candidate to write, its full score and the reasons; when nothing met the target, the one with the
+    highest metric among fully measured rounds (fewest promoted on ties)."""
+    from .candidates import Score
+
+    if chosen is None:
+        done = {k: v for k, v in probe.seen.items() if v.round.complete} or probe.seen
+        key = max(done, key=lambda k: (done[k].round.metric, -len(k)))
+        chosen, why = list(key), {n: "the target was not met; this candidate had the highest metric" for n in key}
+    probe(chosen, {"window": list(window)} if window else {})  # measured already, except the all-float window
+    final = probe.seen[tuple(chosen)]
+    r = final.round
+    if r.complete:
+        return final, Score(r.metric, r.worst_set, dict(r.per_set), True, r.images), why
+    return final, scorer.score(final.folder / "model_int8.onnx", full=True), why
+
+
+__all__ = ["precision_fallback"]
