@@ -2,7 +2,7 @@
 
 Variants of the intake model are built from one calibration record's ranges (no calibration here), each scored
 against FP32 on the reference sets (pooled pixel IoU of the binarized map, worst set) and timed interleaved
-(:func:`quantkit.quantize.fallback.latency.interleaved_latency`: every repeat runs each model once, rotating the
+(:func:`quantkit.runtimes.latency.interleaved_latency`: every repeat runs each model once, rotating the
 order; medians) at each ``--threads`` count:
 
 * ``fp32``: the intake model; ``fp32-folded``: the same after :mod:`quantkit.quantize.recovery.fold` (the fair
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = ap.parse_args(argv)
 
-    from quantkit.quantize.fallback.latency import interleaved_latency
+    from quantkit.runtimes.latency import interleaved_latency
 
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-int8-speed-") as tmp:

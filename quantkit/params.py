@@ -45,6 +45,7 @@ SECTIONS: dict[str, str] = {
     "thresholds": "quantkit.thresholds.config:ThresholdsConfig",
     "drift": "quantkit.drift.config:DriftConfig",
     "report": "quantkit.report.config:ReportConfig",
+    "measure": "quantkit.report.measure:MeasureConfig",
     "bundle": "quantkit.bundle.build:BundleConfig",
     "bundle.verify": "quantkit.bundle.verify:VerifyConfig",
     "verify": "quantkit.bundle.deployment:DeploymentVerifyConfig",

@@ -9,7 +9,7 @@ from test_quantize_fixtures import make_tiny_intake
 
 from quantkit.errors import ConfigError
 from quantkit.quantize.fallback.graph import islands, transitions
-from quantkit.quantize.fallback.latency import LatencyConfig, interleaved_latency, measure_latency
+from quantkit.runtimes.latency import LatencyConfig, interleaved_latency, measure_latency
 from quantkit.artifacts.fallback import Round
 from quantkit.quantize.fallback.search import bisect_window, prune_window
 

@@ -43,14 +43,14 @@ def reduced_params() -> dict:
     params["candidate"]["images_per_set"] = 4
     params["candidate"]["reference_union"] = {"from": params["candidate"]["reference_sets"]}  # every image: the reduced sets have 6
     params["fallback"].update(prune=0, max_reference_images=3, latency={"runtimes": ["onnxruntime"], "threads": [1], "repeats": 3})
-    params["report"]["candidate_latency"] = False  # latency is machine-dependent: a forced re-run must rewrite the same report bytes
+    params["measure"].update(threads=[1], repeats=3, images=1)
     return params
 
 
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory) -> Path:
     repo = tmp_path_factory.mktemp("pipeline")
-    for name in ("dvc.yaml", ".dvcignore"):
+    for name in ("dvc.yaml", ".dvcignore", ".gitignore"):
         shutil.copy(ROOT / name, repo / name)
     shutil.copytree(ROOT / ".dvc", repo / ".dvc", ignore=shutil.ignore_patterns("tmp", "cache"))
     (repo / "params.yaml").write_text(yaml.safe_dump(reduced_params(), sort_keys=False))
@@ -113,7 +113,11 @@ def test_candidate_is_the_recommended_recalibration_and_its_target_reruns_only_t
         record = json.loads((work / "quantize" / "candidate" / "record.json").read_text())
         thresholds = json.loads((work / "thresholds" / "candidate.json").read_text())
         assert fb["record_fingerprint"] == record["fingerprint"] == thresholds["binding"]["record_fingerprint"]
-        assert {s["name"] for s in fb["reference_sets"]} == {"cam1-day", "cam1-night"} and fb["latency"]
+        assert {s["name"] for s in fb["reference_sets"]} == {"cam1-day", "cam1-night"}
+        assert fb["latency"] == [] and fb["seconds"] == {} and {r["seconds"] for r in fb["rounds"]} == {0.0}  # timings: false
+    speed = json.loads((pipeline / "reports" / "machine" / "measurements.json").read_text())  # the measure stage, beside the report
+    timed = {(r["model"], r["variant"]) for r in speed["latency"]}
+    assert timed == {(m, v) for m in ("ppocr_det", "ddddocr_det") for v in ("fp32", "deployed", "candidate")}
         assert fb["metric"].startswith("pixel_iou" if model == "ppocr_det" else "box_f1")  # the task adapter's primary metric
     params_path = pipeline / "params.yaml"
     original = params_path.read_text()
@@ -126,6 +130,7 @@ def test_candidate_is_the_recommended_recalibration_and_its_target_reruns_only_t
         params_path.write_text(original)
     ran = {line.split("'")[1].split("@")[0] for line in dry.stdout.splitlines() if line.startswith("Running stage")}
     assert "fallback" in ran and not ran & {"compose_candidate", "quantize_candidate", "quantize", "intake", "demo_set", "drift"}
+    assert "measure" in ran  # the candidate changes: timed again
 
 
 def test_a_forced_rerun_changes_no_committed_file(pipeline: Path):

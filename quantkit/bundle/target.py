@@ -29,7 +29,7 @@ import numpy as np
 
 from ..errors import ModelError
 from ..progress import progress
-from ..runtimes import RuntimeInfo, make_runtime, runtime_class
+from ..runtimes import RuntimeInfo, deployment_options, make_runtime, runtime_class
 from ..runtimes.localize import Divergence, StoredReference, bound_target, compare_tensor, localize
 from ..runtimes.precision import PrecisionSummary, integer_share
 from .archive import ExtractedBundle
@@ -37,7 +37,6 @@ from .decisions import agreement, decide
 from .manifest import BundleManifest, subsample_indices
 
 log = logging.getLogger(__name__)
-DEPLOYMENT_OPTIONS: dict[str, dict[str, Any]] = {"onnxruntime": {"graph_optimization_level": "all"}, "openvino": {"inference_precision": "f32"}}
 SUPPORT_TARGET = {"onnxruntime": "cpu", "openvino": "openvino"}
 
 
@@ -62,11 +61,8 @@ class RuntimeRun:
 
 
 def runtime_options(runtime: str, threads: int = 0) -> dict[str, Any]:
-    """The deployment options of ``runtime`` (``DEPLOYMENT_OPTIONS``), with ``threads`` intra-op threads when non-zero."""
-    opts = dict(DEPLOYMENT_OPTIONS.get(runtime, {}))
-    if threads:
-        opts["intra_op_num_threads" if runtime == "onnxruntime" else "num_threads"] = threads
-    return opts
+    """The deployment options of ``runtime`` (:func:`quantkit.runtimes.deployment_options`)."""
+    return deployment_options(runtime, threads)
 
 
 def load_npy(ex: ExtractedBundle, name: str | None) -> np.ndarray | None:

@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "evaluate",
     "drift",
     "report",
+    "measure",
     "bundle",
     "verify",
     "doctor",

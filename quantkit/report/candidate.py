@@ -40,7 +40,8 @@ def latency_lines(fb: Any, show: bool = True) -> list[str]:
     if not show:
         return ["Latency: measured by the fallback (fallback.json, 'latency'); not shown here (report.candidate_latency: false)."]
     if not fb.latency:
-        return ["Latency: not measured (fallback.latency)."]
+        return ["Latency: timed on the machine that shows this report, under \"Speed on this machine\" (quantkit measure: "
+                "FP32, deployed and candidate interleaved on each target runtime), not in fallback.json (fallback.timings: false)."]
     lines = []
     for r in fb.latency:
         dep = (f"; deployed {r.deployed_ms:.1f} ms, candidate {r.speedup_vs_deployed:.2f}× the deployed speed"

@@ -3,7 +3,7 @@
 The HTML embeds every figure as a base64 PNG and every thumbnail as a base64 JPEG, with inline CSS: it opens
 offline and is byte-identical for the same inputs. Machine-dependent measurements (latency) are not in it: a
 small script fills the "Speed on this machine" section from ``machine/measurements.js`` beside the report when
-that file exists (written by ``quantkit measure``). :func:`write_report` renders everything in memory first,
+that file exists (written by ``quantkit measure``, :mod:`quantkit.report.measure`). :func:`write_report` renders everything in memory first,
 then writes each file atomically (``plots/`` is swapped in whole), so a failure leaves the previous report.
 """
 
@@ -32,13 +32,18 @@ SPEED_JS = """
   var m = window.QUANTKIT_MEASUREMENTS, box = document.getElementById("speed");
   if (!m || !box || !m.latency || !m.latency.length) { return; }
   var esc = function (s) { return String(s).replace(/[&<>"]/g, function (c) { return {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c]; }); };
+  var x = function (v) { return v ? v.toFixed(2) + "x" : "–"; };
   var rows = m.latency.map(function (r) {
-    return "<tr><td class='l'>" + esc(r.model) + "</td><td class='l'>" + esc(r.variant) + "</td><td class='l'>" + esc(r.runtime) +
-      "</td><td>" + esc(r.threads) + "</td><td>" + r.median_ms.toFixed(1) + "</td><td>" + (r.vs_fp32 ? r.vs_fp32.toFixed(2) + "x" : "–") + "</td></tr>";
+    var slow = r.vs_fp32 && r.vs_fp32 < 1;
+    return "<tr" + (slow ? " class='slow'" : "") + "><td class='l'>" + esc(r.model) + "</td><td class='l'>" + esc(r.variant) + "</td><td class='l'>" +
+      esc(r.runtime) + "</td><td>" + esc(r.threads) + "</td><td>" + r.median_ms.toFixed(1) + "</td><td>" + x(r.vs_fp32) + (slow ? " (slower than FP32)" : "") +
+      "</td><td>" + x(r.vs_deployed) + "</td></tr>";
   });
-  box.innerHTML = "<p>Measured on " + esc(m.machine || "this machine") + " (" + esc(m.method || "") + "). These figures change with the machine.</p>" +
+  var skipped = Object.keys(m.skipped || {}).map(function (k) { return esc(k) + " (" + esc(m.skipped[k]) + ")"; });
+  box.innerHTML = "<p>Measured on " + esc(m.machine || "this machine") + " (" + esc(m.method || "") + "). These figures change with the machine." +
+    (skipped.length ? " Not timed: " + skipped.join(", ") + "." : "") + "</p>" +
     "<table id='speed-table'><tr><th class='l'>model</th><th class='l'>variant</th><th class='l'>runtime</th><th>threads</th><th>median ms</th>" +
-    "<th>speed-up vs FP32</th></tr>" + rows.join("") + "</table>";
+    "<th>speed-up vs FP32</th><th>candidate vs deployed</th></tr>" + rows.join("") + "</table>";
 })();
 """
 

@@ -94,6 +94,21 @@ def runtime_class(name: str) -> type[Runtime]:
     return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
 
 
+DEPLOYMENT_OPTIONS: dict[str, dict[str, Any]] = {"onnxruntime": {"graph_optimization_level": "all"}, "openvino": {"inference_precision": "f32"}}
+"""Each runtime's options as the device runs it: ORT with every graph optimization (QDQ fused into integer
+kernels); OpenVINO with the CPU plugin's inference precision pinned to f32 (it picks bf16 by itself on CPUs that
+have it, which is not what an INT8 model's float parts compute elsewhere)."""
+
+
+def deployment_options(runtime: str, threads: int = 0) -> dict[str, Any]:
+    """:data:`DEPLOYMENT_OPTIONS` of ``runtime`` as :func:`make_runtime` keyword arguments, with ``threads``
+    intra-op threads when non-zero (0 = the runtime's default)."""
+    opts = dict(DEPLOYMENT_OPTIONS.get(runtime, {}))
+    if threads:
+        opts["intra_op_num_threads" if runtime == "onnxruntime" else "num_threads"] = threads
+    return opts
+
+
 def available_runtimes() -> list[str]:
     """Registered runtimes whose Python package is installed here, in registry order."""
     out = []
@@ -134,7 +149,7 @@ def runtime_versions() -> dict[str, str]:
 
 
 __all__ = [
-    "ALIASES", "INTEGER_PRECISIONS", "NodeIssue", "NodePrecision", "Runtime", "RuntimeInfo", "SupportProbe",
-    "available_runtimes", "make_runtime", "onnx_node_names", "register_runtime", "registered_runtimes", "runtime_class",
+    "ALIASES", "DEPLOYMENT_OPTIONS", "INTEGER_PRECISIONS", "NodeIssue", "NodePrecision", "Runtime", "RuntimeInfo", "SupportProbe",
+    "available_runtimes", "deployment_options", "make_runtime", "onnx_node_names", "register_runtime", "registered_runtimes", "runtime_class",
     "runtime_versions", "with_outputs",
 ]

@@ -4,7 +4,7 @@ agreement with FP32 reaches a target on every reference set, then time it agains
 Modules: :mod:`.config` (:class:`FallbackConfig`, params ``fallback``), :mod:`.metric` (agreement metrics,
 :func:`agreement_metric`), :mod:`.graph` (node names, islands, Q/DQ transitions), :mod:`.search` (search
 strategies as plain functions), :mod:`.candidates` (build and score candidates on cached FP32 outputs),
-:mod:`.latency` (interleaved timing per runtime and thread count), :mod:`quantkit.artifacts.fallback` (``fallback.json``),
+:mod:`quantkit.runtimes.latency` (interleaved timing per runtime and thread count), :mod:`quantkit.artifacts.fallback` (``fallback.json``),
 :mod:`.run` (:func:`precision_fallback`). Imported lazily: reading a result loads no runtime.
 """
 
@@ -14,9 +14,10 @@ import importlib
 from typing import Any
 
 _RESULT = "quantkit.artifacts.fallback"  # fallback.json is a typed artifact
+_LATENCY = "quantkit.runtimes.latency"  # shared with quantkit measure
 _WHERE = {
     "FallbackConfig": "config", "FallbackResult": _RESULT, "KeptNode": _RESULT, "LatencyRow": _RESULT, "Round": _RESULT,
-    "RecoveryStep": _RESULT, "LatencyConfig": "latency", "measure_latency": "latency", "interleaved_latency": "latency",
+    "RecoveryStep": _RESULT, "LatencyConfig": _LATENCY, "measure_latency": _LATENCY, "interleaved_latency": _LATENCY,
     "Metric": "metric", "agreement_metric": "metric", "pixel_iou": "metric", "decision_f1": "metric", "task_metric": "metric",
     "precision_fallback": "run", "rank_sensitivity": "search",
 }

@@ -11,7 +11,7 @@ from typing import Literal
 from ...config import Config
 from ...errors import ConfigError
 from ..recovery.config import RecoveryConfig
-from .latency import LatencyConfig
+from ...runtimes.latency import LatencyConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +39,9 @@ class FallbackConfig(Config):
         fail_if_slower: the fallback fails (exit 1) when the result is not faster than FP32 on a runtime and
             thread count of ``latency``; otherwise that is reported (``slower_than_fp32``) and warned about.
         latency: how the result is timed against FP32 (runtimes, thread counts, repeats).
+        timings: time the result (``latency``) and record wall times (``seconds``) in ``fallback.json``. False in a
+            DVC pipeline: the result is then the same bytes on every run and machine (``dvc.lock`` stays as
+            committed), and ``quantkit measure`` times the models beside the report instead.
         recovery: accuracy-recovery techniques applied before the search.
     """
 
@@ -53,6 +56,7 @@ class FallbackConfig(Config):
     early_stop: bool = True
     fail_if_slower: bool = False
     latency: LatencyConfig = dataclasses.field(default_factory=LatencyConfig)
+    timings: bool = True
     recovery: RecoveryConfig = dataclasses.field(default_factory=RecoveryConfig)
 
     def validate(self) -> None:

@@ -18,7 +18,7 @@ from ..config import StaticQuantConfig
 from .candidates import Builder, Prober, ReferenceData, Scorer, load_references
 from .config import FallbackConfig
 from .graph import check_names, islands, named_copy, nodes_of_tensors, transitions
-from .latency import measure_latency
+from ...runtimes.latency import measure_latency
 from .metric import Metric, agreement_metric, describe
 from ...artifacts.fallback import FallbackResult, KeptNode, LatencyRow
 from .search import bisect_rounds, bisect_window, prune_window, rank_sensitivity, sqnr_search
@@ -170,7 +170,7 @@ def precision_fallback(intake: str | Path, config: FallbackConfig, *, reference_
         models = {"fp32": model_path, "base": probe.seen[()].folder / MODEL_FILE, "candidate": final.folder / MODEL_FILE}
         if deployed is not None:
             models["deployed"] = Path(deployed) / MODEL_FILE if Path(deployed).is_dir() else Path(deployed)
-        lat = _latency(config, refs, models)
+        lat = _latency(config, refs, models) if config.timings else ()
         chosen = list(probe.key_of(final))
         promoted = chosen if units == "nodes" else nodes_of_tensors(rec.model, chosen)
         index = {n.name: (i, n.op_type) for i, n in enumerate(rec.model.graph.node)}
@@ -185,7 +185,9 @@ def precision_fallback(intake: str | Path, config: FallbackConfig, *, reference_
             islands=tuple(islands(names, promoted)), transitions=transitions(rec.model, promoted), rounds=tuple(probe.rounds), latency=lat,
             record_fingerprint=record.fingerprint, base_record_fingerprint=base_rec.fingerprint, model_digest=digest, window=window,
             slower_than_fp32=tuple(f"{r.runtime}@{r.threads}" for r in lat if r.candidate_ms >= r.fp32_ms), recovery=tuple(rec.steps),
-            renamed_nodes=renamed, seconds={"search": round(t_search, 1), "total": round(time.perf_counter() - t0, 1)})
+            renamed_nodes=renamed, seconds={"search": round(t_search, 1), "total": round(time.perf_counter() - t0, 1)} if config.timings else {})
+        if not config.timings:
+            result = dataclasses.replace(result, rounds=tuple(dataclasses.replace(r, seconds=0.0) for r in result.rounds))
         with atomic_output_dir(out) as tmp:
             (tmp / MODEL_FILE).write_bytes((final.folder / MODEL_FILE).read_bytes())
             record.save(tmp / RECORD_FILE)

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from ...config import Config
-from ...errors import ConfigError
-from ...runner import OrtRunner, Runner
+from ..config import Config
+from ..errors import ConfigError
+from ..runner import OrtRunner, Runner
 
 RunnerFactory = Callable[[Any, int], Runner]
 """``factory(model path or bytes, intra-op threads) -> Runner`` (not yet activated)."""
@@ -66,7 +66,14 @@ def _ort(model: Any, threads: int) -> Runner:
     return OrtRunner(model, graph_optimization_level="all", intra_op_num_threads=threads, name="onnxruntime")
 
 
-RUNTIMES: dict[str, RunnerFactory] = {"onnxruntime": _ort}
+def _openvino(model: Any, threads: int) -> Runner:
+    from . import deployment_options, make_runtime
+
+    return make_runtime("openvino", model, name="openvino", **deployment_options("openvino", threads))
+
+
+RUNTIMES: dict[str, RunnerFactory] = {"onnxruntime": _ort, "openvino": _openvino}
+"""Runner factories by runtime name, each at its deployment settings (ORT level ``all``; OpenVINO CPU, f32 pinned)."""
 
 
 def runner_factory(runtime: str) -> RunnerFactory:

@@ -1,0 +1,52 @@
+"""``quantkit measure``: time each model's FP32, deployed and candidate variants on this machine's runtimes and write
+the shift report's ``machine/`` sidecar (latency stays out of everything DVC hashes)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "measure",
+        help="time FP32 / deployed / candidate per runtime and thread count; write reports/machine/ beside the report",
+        description=(
+            "For each model work folder, time intake/model.onnx (FP32) and quantize/{deployed,candidate}/model_int8.onnx "
+            "interleaved (medians) on each runtime and thread count of params 'measure', at each runtime's deployment "
+            "settings, and write OUT/measurements.json and OUT/measurements.js, which the shift report's 'Speed on this "
+            "machine' section reads. A variant slower than FP32 is listed and warned about."
+        ),
+    )
+    p.add_argument("--model", type=Path, action="append", required=True, metavar="WORK_DIR",
+                   help="a model's work folder (repeat for several models), e.g. work/ppocr_det")
+    p.add_argument("--set", type=Path, metavar="DIR", help="image set for the inputs (default: each model's deployed calibration set)")
+    p.add_argument("--params", type=Path, help="params.yaml; options from its 'measure' section")
+    p.add_argument("--out", type=Path, default=Path("reports/machine"), help="output folder (default: reports/machine)")
+    p.add_argument("--json", action="store_true", help="print the measurements as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..config import config_from_params
+    from ..report.measure import MeasureConfig, measure, write_measurements
+
+    cfg = config_from_params(MeasureConfig, args.params, "measure")
+    result = measure(args.model, cfg, image_set=args.set)
+    paths = write_measurements(result, args.out)
+    if args.json:
+        sys.stdout.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
+        return 0
+    w = sys.stdout.write
+    w(f"{'model':<14} {'variant':<10} {'runtime':<12} {'threads':>7} {'median ms':>10} {'vs FP32':>8}\n")
+    for r in result["latency"]:
+        vs = f"{r['vs_fp32']:.2f}x" if r["vs_fp32"] is not None else "-"
+        w(f"{r['model']:<14} {r['variant']:<10} {r['runtime']:<12} {r['threads']:>7} {r['median_ms']:>10.1f} {vs:>8}\n")
+    for rt, why in result["skipped"].items():
+        w(f"{rt}: skipped ({why})\n")
+    for s in result["slower_than_fp32"]:
+        w(f"slower than FP32: {s}\n")
+    w(f"wrote {paths['js']}\n")
+    return 0

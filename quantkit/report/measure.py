@@ -1,0 +1,154 @@
+"""Latency beside the shift report: each model's FP32, deployed INT8 and candidate INT8 timed interleaved on each
+target runtime and thread count of this machine (``quantkit measure``, the main job's ``measure`` stage).
+
+Latency depends on the machine, its load and its runtime builds, so it is kept out of every artifact DVC hashes and
+out of the report's bytes: it is written to ``OUT/measurements.json`` and ``OUT/measurements.js``
+(``window.QUANTKIT_MEASUREMENTS = {...}``), which a small script in ``shift_report.html`` reads when the folder
+``machine/`` sits beside it. The ``measure`` stage has dependencies (the models, ``params.yaml: measure``) and no
+outputs, so ``dvc.lock`` stays the same on every machine while the stage still re-runs when a model changes.
+
+Method: :func:`quantkit.runtimes.latency.interleaved_latency` (every repeat runs each model once on the same
+input, in rotating order; medians), on the first ``images`` images of a set, each runtime at its deployment
+settings (:data:`quantkit.runtimes.DEPLOYMENT_OPTIONS`). A variant slower than FP32 is listed in
+``slower_than_fp32`` and logged as a warning, never dropped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from .._io import atomic_write_json, atomic_write_text
+from ..config import Config
+from ..errors import ConfigError, InputFileError
+
+log = logging.getLogger(__name__)
+
+MODEL_FILE = "model_int8.onnx"
+VARIANTS = ("deployed", "candidate")
+"""Quantized variants timed against FP32, where ``quantize/<variant>/model_int8.onnx`` exists."""
+
+
+@dataclasses.dataclass(frozen=True)
+class MeasureConfig(Config):
+    """``params.yaml: measure``: how ``quantkit measure`` times the models.
+
+    runtimes: target runtimes by name (``onnxruntime``, ``openvino``); one not installed here is skipped and listed.
+    threads: intra-op thread counts, each timed separately (e.g. ``[1, 2]``: one core, a 2-core machine's width).
+    repeats: timed runs of each model per runtime and thread count (medians reported; at least 3).
+    warmup: untimed runs of each model first. images: inputs cycled over the repeats (the first N of the set).
+    """
+
+    PARAMS_OPTIONAL: ClassVar[bool] = True
+
+    runtimes: tuple[str, ...] = ("onnxruntime", "openvino")
+    threads: tuple[int, ...] = (1, 2)
+    repeats: int = 9
+    warmup: int = 2
+    images: int = 4
+
+    def validate(self) -> None:
+        from ..runtimes.latency import RUNTIMES
+
+        unknown = [r for r in self.runtimes if r not in RUNTIMES]
+        if not self.runtimes or unknown:
+            raise ConfigError(f"measure.runtimes: {list(self.runtimes)}: name runtimes among {', '.join(sorted(RUNTIMES))}")
+        if not self.threads or any(t < 1 for t in self.threads):
+            raise ConfigError(f"measure.threads: {list(self.threads)} must be thread counts >= 1, e.g. [1, 2]")
+        if self.repeats < 3:
+            raise ConfigError(f"measure.repeats: {self.repeats} must be >= 3 (a median of fewer runs is noise)")
+        if self.warmup < 0 or self.images < 1:
+            raise ConfigError("measure.warmup must be >= 0 and measure.images >= 1")
+
+
+def _models(work: Path) -> dict[str, Path]:
+    fp32 = work / "intake" / "model.onnx"
+    if not fp32.is_file():
+        raise InputFileError(f"{fp32}: FP32 intake model not found; pass a model work folder (e.g. work/ppocr_det) after 'quantkit intake'")
+    found = {"fp32": fp32}
+    for v in VARIANTS:
+        if (work / "quantize" / v / MODEL_FILE).is_file():
+            found[v] = work / "quantize" / v / MODEL_FILE
+    if len(found) == 1:
+        raise InputFileError(f"{work / 'quantize'}: no quantized model ({', '.join(VARIANTS)}) to time; run 'quantkit quantize' first")
+    return found
+
+
+def _feeds(work: Path, image_set: Path | None, n: int) -> list[dict[str, Any]]:
+    """The first ``n`` images of ``image_set`` (default: the deployed record's calibration set) as model inputs."""
+    from ..artifacts.record import CalibrationRecord
+    from ..calibset import CalibrationSet, CalibrationSetReader
+    from ..note import ExportNote
+
+    if image_set is None:
+        ref = CalibrationRecord.load(work / "quantize" / "deployed").calibration_set
+        if not ref.path:
+            raise ConfigError(f"{work}: the deployed record names no calibration set folder; pass --set DIR")
+        image_set = Path(ref.path)
+    pre = ExportNote.load(work / "intake" / "export_note.json").preprocessing
+    reader = CalibrationSetReader(CalibrationSet.load(image_set), pre)
+    reader.set_range(0, min(n, len(reader)))
+    return [{pre.input_name: x} for _, x in reader.iter_batches()]
+
+
+def measure(works: Sequence[str | Path], config: MeasureConfig | None = None, *, image_set: str | Path | None = None) -> dict[str, Any]:
+    """Time every model folder's FP32 and quantized variants on each runtime and thread count of ``config``.
+
+    Args:
+        works: model work folders (``work/<model>``: ``intake/model.onnx``, ``quantize/{deployed,candidate}/``).
+        image_set: set whose first ``config.images`` images are the inputs (default: each model's deployed
+            calibration set, from its record).
+
+    Returns:
+        ``{"schema_version", "machine", "method", "latency": [{model, variant, runtime, threads, median_ms,
+        vs_fp32, vs_deployed}], "skipped": {runtime: why}, "slower_than_fp32": ["model variant runtime@threads"]}``;
+        ``vs_*`` = the other's median / this median (above 1: faster). Milliseconds per inference, one image.
+
+    Raises:
+        InputFileError: a folder without an FP32 or quantized model. ConfigError: bad config.
+    """
+    from ..runtimes import available_runtimes
+    from ..runtimes.latency import interleaved_latency, runner_factory
+    from ..runtimes.precision import cpu_isa
+
+    cfg = config or MeasureConfig()
+    installed = set(available_runtimes())
+    skipped = {r: "not installed here" for r in cfg.runtimes if r not in installed}
+    rows: list[dict[str, Any]] = []
+    for work in map(Path, works):
+        models, feeds = _models(work), _feeds(work, Path(image_set) if image_set else None, cfg.images)
+        for rt in (r for r in cfg.runtimes if r in installed):
+            for t in cfg.threads:
+                timed = interleaved_latency(models, feeds, threads=t, repeats=cfg.repeats, warmup=cfg.warmup, runtime=rt, factory=runner_factory(rt))
+                ms = {k: v.median_ms for k, v in timed.items()}
+                for variant, m in ms.items():
+                    rows.append({"model": work.name, "variant": variant, "runtime": rt, "threads": t, "median_ms": round(m, 3),
+                                 "vs_fp32": None if variant == "fp32" else round(ms["fp32"] / m, 3),
+                                 "vs_deployed": round(ms["deployed"] / m, 3) if variant == "candidate" and "deployed" in ms else None})
+                log.info("%s on %s, %d thread(s): %s", work.name, rt, t, ", ".join(f"{k} {v:.1f} ms" for k, v in ms.items()))
+    slower = [f"{r['model']} {r['variant']} {r['runtime']}@{r['threads']}" for r in rows if r["vs_fp32"] is not None and r["vs_fp32"] < 1.0]
+    for s in slower:
+        log.warning("slower than FP32: %s", s)
+    cpu = cpu_isa()
+    return {"schema_version": 1, "machine": f"{cpu.get('model') or 'unknown CPU'} ({cpu.get('machine', '')}; {', '.join(cpu.get('flags', []))})",
+            "method": f"interleaved medians of {cfg.repeats} runs after {cfg.warmup} warm-up runs, {cfg.images} images, each runtime at its "
+                      "deployment settings", "latency": rows, "skipped": skipped, "slower_than_fp32": slower}
+
+
+def write_measurements(result: dict[str, Any], out: str | Path) -> dict[str, Path]:
+    """``OUT/measurements.json`` and ``OUT/measurements.js`` (the report's sidecar), each written atomically."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise InputFileError(f"{out}: is a file; --out takes a folder (e.g. reports/machine)")
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "measurements.json", "js": out / "measurements.js"}
+    atomic_write_json(paths["json"], result)
+    atomic_write_text(paths["js"], "window.QUANTKIT_MEASUREMENTS = " + json.dumps(result, sort_keys=True) + ";\n")
+    return paths
+
+
+__all__ = ["MeasureConfig", "measure", "write_measurements"]

@@ -1,0 +1,61 @@
+"""``quantkit measure``: FP32 / deployed / candidate timed interleaved per runtime and thread count, written beside the
+report (never into an artifact DVC hashes)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from test_bundle_fixtures import make_pipeline
+from test_quantize_fixtures import make_set
+
+from quantkit.cli.main import main
+from quantkit.errors import ConfigError
+from quantkit.report.measure import MeasureConfig, measure, write_measurements
+from quantkit.runtimes import available_runtimes
+
+FAST = MeasureConfig(runtimes=("onnxruntime", "openvino"), threads=(1,), repeats=3, warmup=0, images=2)
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    root = tmp_path_factory.mktemp("measure") / "work" / "tiny"
+    pipe = make_pipeline(root)
+    shutil.copytree(pipe["deployed"], root / "quantize" / "candidate")
+    return root, make_set(root.parent / "site", 2, size=96, name="site")
+
+
+def test_every_variant_on_every_installed_runtime(work, tmp_path):
+    root, golden = work
+    result = measure([root], FAST, image_set=golden)
+    timed = {(r["variant"], r["runtime"]) for r in result["latency"]}
+    runtimes = [r for r in FAST.runtimes if r in available_runtimes()]
+    assert timed == {(v, rt) for v in ("fp32", "deployed", "candidate") for rt in runtimes}
+    assert set(result["skipped"]) == set(FAST.runtimes) - set(runtimes)
+    for r in result["latency"]:
+        assert r["model"] == "tiny" and r["threads"] == 1 and r["median_ms"] > 0
+        assert (r["vs_fp32"] is None) == (r["variant"] == "fp32") and (r["vs_deployed"] is None) == (r["variant"] != "candidate")
+    assert result["slower_than_fp32"] == [f"tiny {r['variant']} {r['runtime']}@1" for r in result["latency"]
+                                          if r["vs_fp32"] is not None and r["vs_fp32"] < 1]
+    paths = write_measurements(result, tmp_path / "machine")
+    assert json.loads(paths["json"].read_text()) == result
+    js = paths["js"].read_text()
+    assert js.startswith("window.QUANTKIT_MEASUREMENTS = {") and json.loads(js[len("window.QUANTKIT_MEASUREMENTS = "):-2]) == result
+
+
+def test_cli_table_and_bad_inputs(work, tmp_path, capsys):
+    root, golden = work
+    params = tmp_path / "params.yaml"
+    params.write_text("measure: {runtimes: [onnxruntime], threads: [1], repeats: 3, warmup: 0, images: 1}\n")
+    out = tmp_path / "reports" / "machine"
+    assert main(["measure", "--model", str(root), "--set", str(golden), "--params", str(params), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "tiny" in text and "candidate" in text and "onnxruntime" in text and (out / "measurements.js").is_file()
+    assert main(["measure", "--model", str(tmp_path / "nowhere"), "--out", str(out)]) == 2
+    assert "FP32 intake model not found" in capsys.readouterr().err
+    params.write_text("measure: {repeats: 1}\n")
+    assert main(["measure", "--model", str(root), "--params", str(params), "--out", str(out)]) == 2
+    assert "measure.repeats: 1 must be >= 3" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="measure.runtimes"):
+        MeasureConfig(runtimes=("tensorrt",))
