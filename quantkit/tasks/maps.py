@@ -35,13 +35,14 @@ def item_metrics(prefix: str, vs: str, item: str) -> tuple[MetricSpec, ...]:
     "agree"``) names them ``box_f1, box_precision, box_recall, matched_iou``; against ground truth (``"gt"``)
     ``f1, precision, recall, mean_iou``."""
     f1, p, r, iou = ("box_f1", "box_precision", "box_recall", "matched_iou") if prefix == "agree" else ("f1", "precision", "recall", "mean_iou")
+    items = item + ("es" if item.endswith(("s", "x", "ch", "sh")) else "s")  # box -> boxes, text region -> text regions
     return (
         MetricSpec(f1, f"{item} F1 vs {vs}", f"{prefix}_f1_num", f"{prefix}_f1_den",
-                   description=f"how well the {item}s match {vs}'s one to one (1 = the same {item}s)"),
-        MetricSpec(p, f"{item} precision vs {vs}", f"{prefix}_tp", f"{prefix}_got", description=f"share of {item}s found that {vs} also has"),
-        MetricSpec(r, f"{item} recall vs {vs}", f"{prefix}_tp", f"{prefix}_ref", description=f"share of {vs}'s {item}s that were found"),
-        MetricSpec(iou, f"mean IoU of matched {item}s vs {vs}", f"{prefix}_iou_sum", f"{prefix}_tp",
-                   description=f"how exactly matched {item}s overlap {vs}'s (1 = identical)"),
+                   description=f"how well the {items} match {vs}'s one to one (1 = the same {items})"),
+        MetricSpec(p, f"{item} precision vs {vs}", f"{prefix}_tp", f"{prefix}_got", description=f"share of {items} found that {vs} also has"),
+        MetricSpec(r, f"{item} recall vs {vs}", f"{prefix}_tp", f"{prefix}_ref", description=f"share of {vs}'s {items} that were found"),
+        MetricSpec(iou, f"mean IoU of matched {items} vs {vs}", f"{prefix}_iou_sum", f"{prefix}_tp",
+                   description=f"how exactly matched {items} overlap {vs}'s (1 = identical)"),
     )
 
 
