@@ -115,10 +115,10 @@ def test_candidate_is_the_recommended_recalibration_and_its_target_reruns_only_t
         assert fb["record_fingerprint"] == record["fingerprint"] == thresholds["binding"]["record_fingerprint"]
         assert {s["name"] for s in fb["reference_sets"]} == {"cam1-day", "cam1-night"}
         assert fb["latency"] == [] and fb["seconds"] == {} and {r["seconds"] for r in fb["rounds"]} == {0.0}  # timings: false
+        assert fb["metric"].startswith("pixel_iou" if model == "ppocr_det" else "box_f1")  # the task adapter's primary metric
     speed = json.loads((pipeline / "reports" / "machine" / "measurements.json").read_text())  # the measure stage, beside the report
     timed = {(r["model"], r["variant"]) for r in speed["latency"]}
     assert timed == {(m, v) for m in ("ppocr_det", "ddddocr_det") for v in ("fp32", "deployed", "candidate")}
-        assert fb["metric"].startswith("pixel_iou" if model == "ppocr_det" else "box_f1")  # the task adapter's primary metric
     params_path = pipeline / "params.yaml"
     original = params_path.read_text()
     params = yaml.safe_load(original)
