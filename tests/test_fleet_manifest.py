@@ -79,3 +79,16 @@ def test_bad_manifest_is_a_one_line_error(tmp_path: Path, capsys):
     assert main(["fleet", "register", str(tmp_path / "nope.parquet")]) == 2
     with pytest.raises(Exception, match="layout"):
         register_tree(tmp_path, tmp_path / "x.parquet", layout="{camera}/{oops}")
+
+
+def test_camera_names_repeated_across_sites_become_site_qualified_ids(tmp_path: Path, capsys):
+    tree = make_fleet_tree(tmp_path / "images", sites=1, cameras=2, days=1, per_day=1)
+    shutil.copytree(tree / "site-a", tree / "site-b")  # site-b has cameras a01 and a02 too (other bytes below)
+    for p in (tree / "site-b").rglob("*.png"):
+        p.write_bytes(p.read_bytes() + b"\0")
+    m, _ = register_tree(tree, tmp_path / "m.parquet")
+    assert sorted(m.frame["camera"].unique()) == ["site-a-a01", "site-a-a02", "site-b-a01", "site-b-a02"]
+    plain = m.frame.assign(camera=m.frame["camera"].str[-3:])  # a given manifest with the bare names: refused by name
+    plain.to_csv(tmp_path / "bare.csv", index=False)
+    with pytest.raises(InputFileError, match="camera id 'a01' appears under sites site-a, site-b"):
+        load_manifest(tmp_path / "bare.csv")

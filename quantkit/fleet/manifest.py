@@ -160,6 +160,13 @@ def _normalize(frame: Any, where: str) -> Any:
     out["lighting"] = out["lighting"].astype("string")
     out["bytes"] = pd.to_numeric(out["bytes"], errors="coerce").astype("Int64")
     out["sha256"] = out["sha256"].astype("string")
+    sites = out.groupby("camera")["site"].unique()
+    shared = sites[sites.map(len) > 1]
+    if len(shared):
+        cam = str(shared.index[0])
+        raise InputFileError(f"{where}: camera id {cam!r} appears under sites {', '.join(sorted(map(str, shared.iloc[0])))}; a camera id is "
+                             "unique in the fleet (each camera is checked against its own history): prefix ids with their site, "
+                             "e.g. s1-camA (quantkit fleet register does this when names repeat)")
     return out.sort_values(["camera", "captured_at", "uri"], kind="stable").reset_index(drop=True)
 
 
@@ -339,6 +346,10 @@ def register_tree(root: str | os.PathLike[str], out: str | os.PathLike[str], *, 
     check = ManifestCheck(len(files), 0, unreadable, dup, len(files) - len(placed), ex)
     if not rows:
         raise InputFileError(f"{base}: no readable image fits the layout {layout} ({'; '.join(check.lines()[1:]) or 'no image files'})")
-    write_manifest(pd.DataFrame(rows), dest)
+    frame = pd.DataFrame(rows)
+    if (frame.groupby("camera")["site"].nunique() > 1).any():  # camera names repeat across sites: qualify every id
+        frame["camera"] = frame["site"] + "-" + frame["camera"]
+        log.warning("%s: camera folder names repeat across sites; camera ids are <site>-<camera> (e.g. %s)", base, frame["camera"].iloc[0])
+    write_manifest(frame, dest)
     log.info("fleet manifest %s: %d images (%s)", dest, len(rows), "; ".join(check.lines()))
     return load_manifest(dest), check
