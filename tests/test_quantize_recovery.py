@@ -213,3 +213,20 @@ def test_nodes_kept_in_float_get_their_untuned_parameters(tmp_path):
     assert r.met and len(r.kept) == 3 and r.metric_after == pytest.approx(1.0, abs=1e-6)
     q = onnx.load(str(tmp_path / "fb" / "model_int8.onnx"))
     assert {i for n in q.graph.node for i in n.input} >= {"w1", "b1", "w2"}  # the intake's own parameters
+
+
+def test_equalization_of_a_chain_of_three_convs():
+    """Conv1 -> Relu -> Conv2 -> Relu -> Conv3: the second pair reads Conv2's weights as the first pair left them
+    (a KeyError on the PP-OCR direction classifier before)."""
+    inits = [_c("w1", RNG.normal(0, 0.5, (4, 3, 3, 3))), _c("w2", RNG.normal(0, 0.5, (4, 4, 3, 3))), _c("w3", RNG.normal(0, 0.5, (2, 4, 1, 1)))]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["h1"], name="c1", pads=[1, 1, 1, 1]), helper.make_node("Relu", ["h1"], ["r1"], name="a1"),
+             helper.make_node("Conv", ["r1", "w2"], ["h2"], name="c2", pads=[1, 1, 1, 1]), helper.make_node("Relu", ["h2"], ["r2"], name="a2"),
+             helper.make_node("Conv", ["r2", "w3"], ["y"], name="c3")]
+    m = _model(nodes, inits, [1, 2, 8, 8])
+    x = RNG.normal(0, 1, (1, 3, 8, 8)).astype(np.float32)
+    ref = _run(m, x)
+    assert equalize_pairs(m) == [("c1", "c2"), ("c2", "c3")]
+    onnx.checker.check_model(m)
+    names = [i.name for i in m.graph.initializer]
+    assert len(names) == len(set(names)) == 3  # c2's weights rewritten twice under fresh names, the stale ones pruned
+    np.testing.assert_allclose(_run(m, x), ref, rtol=1e-4, atol=1e-5)
