@@ -89,6 +89,13 @@ def _run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"quantkit {args.command}: interrupted; no output was written", file=sys.stderr)
         return 130
+    except Exception as e:  # a quantkit bug, not the user's input: one line, the traceback with -vv
+        if args.verbose >= 2:
+            raise
+        first = (str(e).splitlines() or [""])[0][:300]
+        print(f"quantkit {args.command}: internal error: {type(e).__name__}: {first}; no output was written. This is a quantkit "
+              "bug: please report it with the output of the same command run with -vv", file=sys.stderr)
+        return 70  # EX_SOFTWARE (sysexits.h)
 
 
 if __name__ == "__main__":  # pragma: no cover
