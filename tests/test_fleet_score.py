@@ -102,3 +102,26 @@ def test_cli_score_json_and_bad_scheduler(fleet, tmp_path, capsys):
     with dask.config.set({"distributed.comm.timeouts.connect": "2s"}):
         assert main([*args, "--scheduler", "tcp://127.0.0.1:9", "--out", str(tmp_path / "p")]) == 2
     assert "no Dask scheduler answers" in capsys.readouterr().err
+
+
+def test_a_shard_interrupted_by_closing_sessions_is_not_saved_and_a_rerun_scores_it(fleet, tmp_path, monkeypatch):
+    """Ctrl-C tears the worker's sessions down while a shard is scored: its images must not be saved as failures."""
+    from quantkit.fleet.scorer import Scorer
+
+    real = Scorer.score_image
+
+    def closing(self, path, **kw):
+        row = real(self, path, **kw)
+        self.closed = True  # what close() does when the worker shuts down mid-shard
+        return row
+
+    monkeypatch.setattr(Scorer, "score_image", closing)
+    out = tmp_path / "scores"
+    with pytest.raises(Exception, match="closed its sessions while scoring"):
+        _score(fleet, out, 0)
+    assert not list(out.glob("rows/**/*.parquet")) if out.exists() else True
+    monkeypatch.setattr(Scorer, "score_image", real)
+    _score(fleet, out, 0)
+    clean = tmp_path / "clean"
+    _score(fleet, clean, 0)
+    assert _rows(out).equals(_rows(clean))

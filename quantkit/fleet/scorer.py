@@ -179,8 +179,10 @@ class Scorer:
         self.probe = _ClippingProbe(spec.fp32_model, spec.record, spec.ort_threads) if self.config.clip_fraction > 0 else None
         self.timing: dict[str, float] = {}
         self.lock = threading.Lock()  # a worker started with --nthreads > 1 still scores one shard at a time
+        self.closed = False
 
     def close(self) -> None:
+        self.closed = True  # a shard being scored now is not written (its images would fail for want of a session)
         for r in (self.fp32, self.int8, self.probe.runner if self.probe else None):
             if r is not None:
                 r.deactivate()
@@ -234,6 +236,10 @@ class Scorer:
                 base["error"] = msg
                 errors.append({"uri": uri, "error": msg})
             rows.append({**base, **cols})
+            if self.closed:
+                break
+        if self.closed:  # interrupted (Ctrl-C, worker shutdown): leave the shard to the next run rather than save failures
+            raise RuntimeError(f"shard {shard.key}: the worker closed its sessions while scoring; not written (a re-run scores it)")
         t = time.perf_counter()
         frame = _frame(rows)
         table = pa.Table.from_pandas(frame, schema=row_schema(), preserve_index=False).replace_schema_metadata(None)
