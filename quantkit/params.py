@@ -261,7 +261,9 @@ def reference(section: str | None = None) -> list[SectionDoc]:
     """
     if section is None or section in SECTIONS:
         out: list[SectionDoc] = []
-        for name in [section] if section is not None else sorted(SECTIONS):
+        # a section and the registered ones under it ("task" -> "task.options (db_text)", ...; "bundle" -> "bundle.verify")
+        names = sorted(SECTIONS) if section is None else [section] + sorted(s for s in SECTIONS if s.startswith((section + ".", section + " ")))
+        for name in names:
             out.extend(describe(name, config_class(name)))
         return out
     parent = max((s for s in SECTIONS if section.startswith(s + ".")), key=len, default=None)
