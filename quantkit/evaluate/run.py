@@ -170,6 +170,9 @@ def evaluate(site_dir: str | os.PathLike[str], fp32_dir: str | os.PathLike[str],
                 for m, o in outputs.items():
                     task.check_outputs({k: list(v.shape) for k, v in o.items()})
             truth = task.truth(e.labels, tf)
+            if truth is None and e.labels and labelled:  # labels present but not the task's key: say so once, not a silent no-accuracy
+                log.warning("%s: %s has labels %s but no %r, the key the %s task reads; accuracy against the labels is left out",
+                            cset.name, e.file, sorted(e.labels), task.LABELS, task.name)
             labelled = labelled and truth is not None
             decs = {v: tasks[v].decide(outputs[v.split("@")[0]]) for v in variants}
             for m in hist:
