@@ -114,6 +114,16 @@ def as_model(source: ModelSource, *, load_external_data: bool = True) -> tuple[A
     return load_model(source, load_external_data=load_external_data), str(source)
 
 
+def fresh_name(base: str, taken: Any) -> str:
+    """``base``, or ``base_2``, ``base_3``... the first not in ``taken`` (a set or mapping of names): the one rule for
+    naming what quantkit adds to a graph (unnamed nodes, rewritten initializers)."""
+    name, k = base, 1
+    while name in taken:
+        k += 1
+        name = f"{base}_{k}"
+    return name
+
+
 def opset_of(model: Any, domain: str = "") -> int:
     """The opset version the model imports for ``domain`` ('' = ai.onnx); 0 when not imported."""
     for o in model.opset_import:

@@ -12,6 +12,7 @@ from typing import Any
 
 from .._io import atomic_write_bytes
 from ..errors import ModelError
+from ..modelio import fresh_name
 from ..note import Preprocessing
 from ..runtimes.quiet import quiet_onnxruntime
 
@@ -191,11 +192,7 @@ def name_unnamed_nodes(model: Any) -> tuple[str, ...]:
     def assign(graph: Any, prefix: str) -> None:
         for i, n in enumerate(graph.node):
             if not n.name:
-                base = prefix + NODE_NAME_RULE.format(op_type=n.op_type, index=i)
-                name, k = base, 1
-                while name in taken:
-                    k += 1
-                    name = f"{base}_{k}"
+                name = fresh_name(prefix + NODE_NAME_RULE.format(op_type=n.op_type, index=i), taken)
                 n.name = name
                 taken.add(name)
                 given.append(name)

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ...modelio import fresh_name
+
 
 def named_copy(model: Any) -> tuple[Any, int]:
     """A copy of ``model`` (``onnx.ModelProto``) in which every node has a unique, deterministic name.
@@ -30,11 +32,7 @@ def named_copy(model: Any) -> tuple[Any, int]:
     taken = {n.name for n in m.graph.node if n.name}
     for i in missing:
         n = m.graph.node[i]
-        base = f"{n.op_type}_{i}"
-        name, k = base, 1
-        while name in taken:
-            k += 1
-            name = f"{base}_{k}"
+        name = fresh_name(f"{n.op_type}_{i}", taken)
         n.name = name
         taken.add(name)
     return m, len(missing)

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from ...modelio import fresh_name
+
 
 def _attr(node: Any, name: str, default: int) -> int:
     return next((a.i for a in node.attribute if a.name == name), default)
@@ -49,15 +51,6 @@ def _pairs(model: Any) -> list[tuple[Any, Any]]:
     return pairs
 
 
-def _fresh(name: str, taken: Any) -> str:
-    """``name``, or ``name_2``, ``name_3``... when taken (a layer equalized twice in a chain)."""
-    out, k = name, 1
-    while out in taken:
-        k += 1
-        out = f"{name}_{k}"
-    return out
-
-
 def equalize_pairs(model: Any) -> list[tuple[str, str]]:
     """Equalize every eligible pair once, in place; returns the ``(Conv1, Conv2)`` names equalized.
 
@@ -89,11 +82,11 @@ def equalize_pairs(model: Any) -> list[tuple[str, str]]:
             w2 = w2 * s.reshape(-1, 1, 1, 1)
         else:
             w2 = w2 * s.reshape(1, -1, 1, 1)
-        names = [_fresh(f"{c1.name}_w_cle", inits), _fresh(f"{c2.name}_w_cle", inits)]
+        names = [fresh_name(f"{c1.name}_w_cle", inits), fresh_name(f"{c2.name}_w_cle", inits)]
         new = [numpy_helper.from_array(w1.astype(np.float32), names[0]), numpy_helper.from_array(w2.astype(np.float32), names[1])]
         if len(c1.input) > 2 and c1.input[2]:
             b1 = numpy_helper.to_array(inits[c1.input[2]]).astype(np.float64) / s
-            new.append(numpy_helper.from_array(b1.astype(np.float32), _fresh(f"{c1.name}_b_cle", inits)))
+            new.append(numpy_helper.from_array(b1.astype(np.float32), fresh_name(f"{c1.name}_b_cle", inits)))
             c1.input[2] = new[-1].name
         g.initializer.extend(new)
         inits.update({t.name: t for t in new})  # a chain Conv1 -> Conv2 -> Conv3: the next pair reads Conv2's new weights
