@@ -125,3 +125,19 @@ def test_a_shard_interrupted_by_closing_sessions_is_not_saved_and_a_rerun_scores
     clean = tmp_path / "clean"
     _score(fleet, clean, 0)
     assert _rows(out).equals(_rows(clean))
+
+
+def test_run_info_outside_the_scores_keeps_them_the_same_bytes(fleet, tmp_path):
+    """Timings go to --run-info: two runs into fresh folders give byte-identical score folders (a DVC output)."""
+    import hashlib
+
+    def digest(folder: Path) -> dict[str, str]:
+        return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+    cfg = FleetScoreConfig(workers=0, model_every=2, clip_fraction=0.3)
+    a, b = tmp_path / "a", tmp_path / "b"
+    for out in (a, b):
+        score_fleet(fleet["manifest"], fleet["intake"], fleet["quantized"], fleet["thresholds"], fleet["calibration_set"], out, cfg,
+                    run_info=tmp_path / "machine" / f"{out.name}.json")
+    assert not (a / "run.json").exists() and (tmp_path / "machine" / "a.json").is_file()
+    assert digest(a) == digest(b)

@@ -42,6 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--scheduler", help="attach to a running Dask scheduler, e.g. tcp://HOST:8786, instead of starting one")
     s.add_argument("--ort-threads", type=int, help="ONNX Runtime intra-op threads per worker (default: the cores a worker owns)")
     s.add_argument("--out", type=Path, required=True, help="scores folder (must be on storage every worker can write)")
+    s.add_argument("--run-info", type=Path, metavar="FILE",
+                   help="where run.json goes (workers, timings, throughput: they differ between runs); default OUT/run.json. "
+                        "The main job writes it to reports/machine/ so the DVC-tracked scores are the same bytes on every run")
     s.add_argument("--json", action="store_true", help="print the result as JSON")
     s.set_defaults(func=_score)
 
@@ -103,7 +106,7 @@ def _score(args: argparse.Namespace) -> int:
     work = Path("work") / model
     res = score_fleet(args.manifest, args.fp32 or work / "intake", args.quantized or work / "quantize" / "deployed",
                       args.thresholds or work / "thresholds" / "deployed.json", args.calibration_set, args.out, cfg,
-                      scheduler=args.scheduler, task=task)
+                      scheduler=args.scheduler, task=task, run_info=args.run_info)
     if args.json:
         sys.stdout.write(json.dumps(res.to_dict(), indent=2, sort_keys=True) + "\n")
     else:

@@ -20,7 +20,7 @@ depend on the worker count: rows are sorted within each shard and every merge ru
 Output folder (``out``): ``rows/`` (Parquet dataset, Hive-partitioned by camera and date),
 ``shards/<key>.json`` (one summary per shard), ``edges.json`` (the frozen bin edges),
 ``summary.json`` (plan, rollups, error examples; deterministic) and ``run.json`` (workers, timings,
-throughput; differs between runs).
+throughput; differs between runs; ``run_info`` puts it elsewhere).
 """
 
 from __future__ import annotations
@@ -266,7 +266,8 @@ def _client(workers: int, scheduler: str | None) -> tuple[Any, Any]:
 
 def score_fleet(manifest_path: str | os.PathLike[str], fp32_dir: str | os.PathLike[str], quantized: str | os.PathLike[str],
                 thresholds: str | os.PathLike[str], calibration_set: str | os.PathLike[str], out: str | os.PathLike[str],
-                config: FleetScoreConfig | None = None, *, scheduler: str | None = None, task: str | None = None) -> ScoreResult:
+                config: FleetScoreConfig | None = None, *, scheduler: str | None = None, task: str | None = None,
+                run_info: str | os.PathLike[str] | None = None) -> ScoreResult:
     """Score every image of a fleet manifest with the deployed FP32 + INT8 models, resumably.
 
     Args:
@@ -279,6 +280,8 @@ def score_fleet(manifest_path: str | os.PathLike[str], fp32_dir: str | os.PathLi
         config: ``fleet.score`` options; ``scheduler``: attach to this Dask scheduler instead.
         task: the scored model's task adapter name (``models.<name>.task.adapter``); the threshold set must be
             bound for it (None: not checked). Decisions and agreement are the set's adapter's (:mod:`.decisions`).
+        run_info: where ``run.json`` (workers, timings, throughput) is written; default ``out/run.json``. Outside
+            ``out``, the scores folder is the same bytes on every run (a DVC output that does not change ``dvc.lock``).
 
     Raises:
         InputFileError / ModelError / CalibrationSetError / ConfigError: bad inputs (one line each).
@@ -327,7 +330,9 @@ def score_fleet(manifest_path: str | os.PathLike[str], fp32_dir: str | os.PathLi
     images_run = sum(p.images for p in todo)
     result = ScoreResult(str(out_p), len(shards), len(todo), len(shards) - len(todo), summary["images"], summary["scored"],
                          summary["errors"]["count"], round(seconds, 3), workers if not scheduler else -1, tuple(sorted(lost)), images_run)
-    atomic_write_json(out_p / "run.json", {**result.to_dict(), "scheduler": scheduler or ("local" if workers else "synchronous"),
+    info = Path(run_info) if run_info is not None else out_p / "run.json"
+    info.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(info, {**result.to_dict(), "scheduler": scheduler or ("local" if workers else "synchronous"),
                                            "ort_threads": threads, "timing_s": {k: round(v, 3) for k, v in sorted(timing.items())}})
     return result
 
