@@ -134,10 +134,14 @@ def test_run_info_outside_the_scores_keeps_them_the_same_bytes(fleet, tmp_path):
     def digest(folder: Path) -> dict[str, str]:
         return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
 
-    cfg = FleetScoreConfig(workers=0, model_every=2, clip_fraction=0.3)
+    cfg = FleetScoreConfig(workers=0, model_every=2, clip_fraction=0.3, kll_k=8)  # shards exact, site/fleet rollups not
     a, b = tmp_path / "a", tmp_path / "b"
     for out in (a, b):
         score_fleet(fleet["manifest"], fleet["intake"], fleet["quantized"], fleet["thresholds"], fleet["calibration_set"], out, cfg,
                     run_info=tmp_path / "machine" / f"{out.name}.json")
     assert not (a / "run.json").exists() and (tmp_path / "machine" / "a.json").is_file()
     assert digest(a) == digest(b)
+    store = ScoreStore(a)
+    fleet_summary = store.group("fleet", "")
+    assert fleet_summary.images > 8 and "brightness_mean" in fleet_summary.kll  # merged again from the cameras
+    assert 0 < fleet_summary.quantile("brightness_mean", 0.5) < 255

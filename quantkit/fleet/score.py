@@ -362,8 +362,8 @@ def _write_summary(out: Path, manifest: Any, shards: list[ShardPlan], edges: Edg
            "spec_fingerprint": spec.fingerprint, "images": fleet.images, "scored": fleet.scored,
            "errors": {"count": n_err, "examples": sorted(errors, key=lambda e: e["uri"])[:50]},
            "shards": sorted(entries, key=lambda e: (e["camera"], e["window"])),
-           "cameras": {c: {"site": site_of[c], "summary": cams[c].to_dict()} for c in sorted(cams)},
-           "sites": {s: sites[s].to_dict() for s in sorted(sites)}, "fleet": fleet.to_dict()}
+           "cameras": {c: {"site": site_of[c], "summary": cams[c].to_dict(exact_sketches=True)} for c in sorted(cams)},
+           "sites": {s: sites[s].to_dict(exact_sketches=True) for s in sorted(sites)}, "fleet": fleet.to_dict(exact_sketches=True)}
     atomic_write_json(out / "summary.json", doc)
     return {"images": fleet.images, "scored": fleet.scored, "errors": doc["errors"]}
 

@@ -57,12 +57,22 @@ class ScoreStore:
         return out
 
     def group(self, kind: str, name: str) -> Summary:
-        """The rolled-up summary of a ``site`` or the ``fleet`` (``name`` ignored) or a ``camera``."""
+        """The rolled-up summary of a ``site`` or the ``fleet`` (``name`` ignored) or a ``camera``. A sketch the stored
+        rollup left out (estimation mode: not the same bytes on every run) is merged again from its members."""
         if kind == "fleet":
-            return Summary.from_dict(self.summary["fleet"], self.edges)
-        if kind == "site":
-            return Summary.from_dict(self.summary["sites"][name], self.edges)
-        return Summary.from_dict(self.summary["cameras"][name]["summary"], self.edges)
+            stored, members = self.summary["fleet"], [("site", s) for s in sorted(self.summary["sites"])]
+        elif kind == "site":
+            stored, members = self.summary["sites"][name], [("camera", c) for c in sorted(self.cameras) if self.cameras[c] == name]
+        else:
+            stored, members = self.summary["cameras"][name]["summary"], []
+        out = Summary.from_dict(stored, self.edges)
+        if set(out.hist) - set(out.kll):
+            parts = [self.group(*m) for m in members] if members else [s for _, s in self.camera_shards(name)]
+            merged = parts[0]
+            for p in parts[1:]:
+                merged = merged.merge(p)
+            out.kll = {**merged.kll, **out.kll}
+        return out
 
     def camera_rows(self, camera: str, columns: list[str] | None = None) -> Any:
         """``camera``'s rows as a pandas DataFrame sorted by capture time and URI (empty when it has none)."""

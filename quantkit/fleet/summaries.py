@@ -14,7 +14,9 @@ driver never needs the rows:
   deterministic; in estimation mode DataSketches draws its compaction bits from a clock-seeded
   generator the Python binding cannot seed, so two runs (whatever the worker count) may differ
   within that rank error. Decisions (:mod:`quantkit.fleet.check`) use the histograms only, so they
-  are the same bit for bit.
+  are the same bit for bit; the rollups stored in ``summary.json`` keep only exact sketches (the
+  store merges the others from the group's members when asked), so the scores folder is the same
+  bytes on every run while every shard holds at most ``kll_k`` images.
 
 Summary JSON (``shards/<key>.json`` and the rollups in ``summary.json``): ``images, errors, scored,
 clipped, sums{column: number}, hist{quantity: {i: [bin index], c: [count]}} (sparse), below{}, above{},
@@ -179,7 +181,10 @@ class Summary:
         sk = self.sketch(name)
         return math.nan if sk.is_empty() else float(sk.get_quantile(q))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, *, exact_sketches: bool = False) -> dict[str, Any]:
+        """JSON form; with ``exact_sketches`` a sketch in estimation mode is left out (its bytes differ between runs:
+        see the module docstring), so a stored rollup is the same bytes on every run; :class:`~.store.ScoreStore`
+        merges it again from the group's members when asked."""
         def sparse(c: np.ndarray) -> dict[str, list[int]]:
             nz = np.flatnonzero(c)
             return {"i": nz.tolist(), "c": c[nz].tolist()}
@@ -188,7 +193,8 @@ class Summary:
                 "sums": {k: self.sums[k] for k in sorted(self.sums)},
                 "hist": {k: sparse(v) for k, v in sorted(self.hist.items())},
                 "below": dict(sorted(self.below.items())), "above": dict(sorted(self.above.items())),
-                "kll": {k: base64.b64encode(v).decode("ascii") for k, v in sorted(self.kll.items())}}
+                "kll": {k: base64.b64encode(v).decode("ascii") for k, v in sorted(self.kll.items())
+                        if not (exact_sketches and _kll_load(v).is_estimation_mode())}}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], edges: Edges) -> "Summary":
