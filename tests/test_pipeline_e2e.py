@@ -43,7 +43,13 @@ def reduced_params() -> dict:
     params["candidate"]["images_per_set"] = 4
     params["candidate"]["reference_union"] = {"from": params["candidate"]["reference_sets"]}  # every image: the reduced sets have 6
     params["fallback"].update(prune=0, max_reference_images=3, latency={"runtimes": ["onnxruntime"], "threads": [1], "repeats": 3})
-    params["measure"].update(threads=[1], repeats=3, images=1)
+    params["measure"].update(runtimes=["onnxruntime"], threads=[1], repeats=3, images=1)
+    # CI time: the settings below only change how much each stage samples, not what it does
+    params["verify"].update(max_images=2)
+    params["bundle"].update(golden_count=2)
+    params["drift"].update(repeats=5, clip_images=2)
+    params["thresholds"]["operating_point"].update(bootstrap_resamples=200)
+    params["report"].update(examples_per_site=1)
     return params
 
 
