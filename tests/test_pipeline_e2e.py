@@ -152,7 +152,7 @@ def test_a_forced_rerun_changes_no_committed_file(pipeline: Path):
 def test_dvc_exp_run_over_calibration_methods(pipeline: Path):
     """`dvc exp run -S quantize.method=...` re-runs calibration in a temporary copy and records its metrics."""
     assert _run(["git", "-c", "user.email=ci@quantkit", "-c", "user.name=ci", "commit", "-qam", "lock"], pipeline).returncode in (0, 1)
-    run = _run(["dvc", "exp", "run", "--temp", "-S", "quantize.method=percentile", "-n", "percentile"], pipeline)
+    run = _run(["dvc", "exp", "run", "--temp", "-S", "quantize.method=percentile", "-n", "percentile", "report"], pipeline)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     shown = _run(["dvc", "exp", "show", "--json"], pipeline)
     assert shown.returncode == 0 and '"percentile"' in shown.stdout and "reports/metrics.json" in shown.stdout
@@ -185,7 +185,7 @@ def test_recalibration_refuses_old_thresholds_and_shows_in_metrics_diff(pipeline
     params = yaml.safe_load((pipeline / "params.yaml").read_text())
     params["calibrations"]["deployed"] = {"calibration_set": "calibration_sets/cam1-night", "reference_set": "reference_sets/cam1-night"}
     (pipeline / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    result = _run(["dvc", "repro"], pipeline)
+    result = _run(["dvc", "repro", "report"], pipeline)  # the report and what it reads (not bundle, verify, fleet)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "Running stage 'demo_set" not in result.stdout and "Running stage 'intake" not in result.stdout
 
