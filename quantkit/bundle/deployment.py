@@ -17,7 +17,6 @@ machine (``quantkit measure`` keeps it beside the report).
 from __future__ import annotations
 
 import dataclasses
-import logging
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,15 +26,13 @@ from .._io import sha256_file
 from ..config import Config
 from ..errors import ConfigError, InputFileError
 from ..progress import progress
-from ..runtimes import available_runtimes, make_runtime
+from ..runtimes import available_runtimes, make_runtime, resolve_runtime_names
 from .archive import safe_extract
 from ..artifacts.verification import DeploymentVerification, RuntimeResult, SiteAgreement
 from .decisions import agreement, decide, pooled
 from .target import runtime_options
 from .typed import ThresholdSet
 from .verify import VerifyConfig, resolve_bundle, verify_bundle
-
-log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +75,7 @@ def verify_deployment(bundle: str | Path, fp32: str | Path, site_sets: Sequence[
         raise InputFileError(f"{fp32_model}: FP32 intake model not found; run 'quantkit intake' first")
     sets = [CalibrationSet.load(s) for s in site_sets]
     installed = set(available_runtimes())
-    names = _runtime_names(cfg.runtimes, installed)
+    names = resolve_runtime_names(cfg.runtimes, keep_unknown=True)
     targets = [r for r in names if r in installed]
     report = verify_bundle(path, VerifyConfig(runtimes=tuple(targets) or ("onnxruntime",), threads=cfg.threads))
     results = []
@@ -106,26 +103,6 @@ def verify_deployment(bundle: str | Path, fp32: str | Path, site_sets: Sequence[
         man = ex.manifest
     return DeploymentVerification(path.name, sha256_file(path), str(man["record"]["fingerprint"]), str(man["thresholds"]["fingerprint"]),
                                   ts.adapter, tuple(results))
-
-
-def _runtime_names(runtimes: Sequence[str], installed: set[str]) -> list[str]:
-    """``runtimes`` with ``all`` expanded to the installed ones (registry order) and aliases resolved, without repeats.
-    A name no plug-in is registered for (a target such as ``tensorrt`` verified elsewhere, or a typo) is kept, so the
-    artifact records it as not installed here, and logged with the registered names."""
-    from ..runtimes import registered_runtimes, runtime_class
-
-    names: list[str] = []
-    for n in runtimes:
-        if n == "all":
-            names.extend(r for r in registered_runtimes() if r in installed)
-            continue
-        try:
-            names.append(runtime_class(n).NAME)
-        except ConfigError:
-            log.warning("verify.runtimes: no runtime plug-in named %r (registered: %s); recorded as not installed", n,
-                        ", ".join(registered_runtimes()))
-            names.append(n)
-    return list(dict.fromkeys(names))
 
 
 def _decisions(runtime: str, model: Path, cset: Any, pre: Any, ts: Any, cfg: DeploymentVerifyConfig, fp32: bool = False) -> list[dict[str, Any]]:

@@ -83,12 +83,9 @@ class VerifyConfig(Config):
         Raises:
             ConfigError: a name no plug-in is registered for.
         """
-        from ..runtimes import available_runtimes, runtime_class
+        from ..runtimes import resolve_runtime_names
 
-        names = list(available_runtimes()) if "all" in self.runtimes else list(self.runtimes)
-        for n in names:
-            runtime_class(n)
-        return tuple(dict.fromkeys(runtime_class(n).NAME for n in names))
+        return resolve_runtime_names(self.runtimes)
 
 
 @dataclasses.dataclass(frozen=True)

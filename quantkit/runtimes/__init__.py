@@ -34,6 +34,7 @@ from __future__ import annotations
 import importlib
 import logging
 from importlib import metadata
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ConfigError
@@ -143,6 +144,31 @@ def make_runtime(name: str, model: Any, /, **options: Any) -> Runtime:
         raise ConfigError(f"runtime {name!r}: {e}") from None
 
 
+def resolve_runtime_names(names: Sequence[str], *, keep_unknown: bool = False) -> tuple[str, ...]:
+    """``names`` with ``all`` expanded to the installed runtimes (registry order) and aliases resolved, without repeats.
+
+    Args:
+        keep_unknown: keep a name no plug-in is registered for (a target verified elsewhere, such as ``tensorrt``,
+            or a typo), logged with the registered names, instead of raising; the caller records it as not installed.
+
+    Raises:
+        ConfigError: a name no plug-in is registered for (without ``keep_unknown``).
+    """
+    out: list[str] = []
+    for n in names:
+        if n == "all":
+            out.extend(available_runtimes())
+            continue
+        try:
+            out.append(runtime_class(n).NAME)
+        except ConfigError:
+            if not keep_unknown:
+                raise
+            log.warning("no runtime plug-in named %r (registered: %s); recorded as not installed", n, ", ".join(registered_runtimes()))
+            out.append(n)
+    return tuple(dict.fromkeys(out))
+
+
 def runtime_versions() -> dict[str, str]:
     """``{runtime: version}`` of every installed runtime."""
     return {n: runtime_class(n).version() for n in available_runtimes()}
@@ -150,6 +176,7 @@ def runtime_versions() -> dict[str, str]:
 
 __all__ = [
     "ALIASES", "DEPLOYMENT_OPTIONS", "INTEGER_PRECISIONS", "NodeIssue", "NodePrecision", "Runtime", "RuntimeInfo", "SupportProbe",
-    "available_runtimes", "deployment_options", "make_runtime", "onnx_node_names", "register_runtime", "registered_runtimes", "runtime_class",
+    "available_runtimes", "deployment_options", "make_runtime", "onnx_node_names", "register_runtime", "registered_runtimes",
+    "resolve_runtime_names", "runtime_class",
     "runtime_versions", "with_outputs",
 ]
