@@ -7,7 +7,7 @@ out of the report's bytes: it is written to ``OUT/measurements.json`` and ``OUT/
 ``machine/`` sits beside it. The ``measure`` stage has dependencies (the models, ``params.yaml: measure``) and no
 outputs, so ``dvc.lock`` stays the same on every machine while the stage still re-runs when a model changes.
 
-Method: :func:`quantkit.runtimes.latency.interleaved_latency` (every repeat runs each model once on the same
+Method: :func:`quantkit.runtimes.latency.measure_latency` (per runtime and thread count, every repeat runs each model once on the same
 input, in rotating order; medians), on the first ``images`` images of a set, each runtime at its deployment
 settings (:data:`quantkit.runtimes.DEPLOYMENT_OPTIONS`). A variant slower than FP32 is listed in
 ``slower_than_fp32`` and logged as a warning, never dropped.
@@ -109,22 +109,23 @@ def measure(works: Sequence[str | Path], config: MeasureConfig | None = None, *,
         ``vs_*`` = the other's median / this median (above 1: faster). Milliseconds per inference, one image.
 
     Raises:
-        InputFileError: a folder without an FP32 or quantized model. ConfigError: bad config.
+        InputFileError: a folder without an FP32 or quantized model. ConfigError: bad config, or
+            ``QUANTKIT_THREADS`` set (it would override every thread count timed).
     """
     from ..runtimes import available_runtimes
-    from ..runtimes.latency import interleaved_latency, runner_factory
+    from ..runtimes.latency import LatencyConfig, measure_latency
     from ..runtimes.precision import cpu_isa
 
     cfg = config or MeasureConfig()
     installed = set(available_runtimes())
     skipped = {r: "not installed here" for r in cfg.runtimes if r not in installed}
+    timer = LatencyConfig(runtimes=tuple(r for r in cfg.runtimes if r in installed), threads=cfg.threads, repeats=cfg.repeats, warmup=cfg.warmup)
     rows: list[dict[str, Any]] = []
     for work in map(Path, works):
-        models, feeds = _models(work), _feeds(work, Path(image_set) if image_set else None, cfg.images)
-        for rt in (r for r in cfg.runtimes if r in installed):
-            for t in cfg.threads:
-                timed = interleaved_latency(models, feeds, threads=t, repeats=cfg.repeats, warmup=cfg.warmup, runtime=rt, factory=runner_factory(rt))
-                ms = {k: v.median_ms for k, v in timed.items()}
+        timings = measure_latency(_models(work), _feeds(work, Path(image_set) if image_set else None, cfg.images), timer)
+        for rt in timer.runtimes:
+            for t in timer.threads:
+                ms = {x.model: x.median_ms for x in timings if x.runtime == rt and x.threads == t}
                 for variant, m in ms.items():
                     rows.append({"model": work.name, "variant": variant, "runtime": rt, "threads": t, "median_ms": round(m, 3),
                                  "vs_fp32": None if variant == "fp32" else round(ms["fp32"] / m, 3),
