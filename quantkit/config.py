@@ -240,6 +240,22 @@ def config_from_params(cls: type[C], path: str | Path | None, section: str, *, m
         raise type(e)(f"{path}:{msg}") from None  # checks in validate() name only "section.field"
 
 
+def _read_params(p: Path) -> Any:
+    """The parsed params file (``{}`` when empty).
+
+    Raises:
+        InputFileError: the file is missing or not YAML.
+    """
+    import yaml
+
+    try:
+        return yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError:
+        raise InputFileError(f"{p}: params file not found; pass --params PATH") from None
+    except yaml.YAMLError as e:
+        raise InputFileError(f"{p}: not valid YAML ({str(e).splitlines()[0]}); fix the syntax") from None
+
+
 def load_params(path: str | Path, section: str) -> dict[str, Any]:
     """Read one top-level section of a YAML params file (DVC's ``params.yaml``).
 
@@ -249,15 +265,8 @@ def load_params(path: str | Path, section: str) -> dict[str, Any]:
         InputFileError: the file is missing or not YAML.
         ConfigError: the section is missing or not a mapping.
     """
-    import yaml
-
     p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-    except FileNotFoundError:
-        raise InputFileError(f"{p}: params file not found; pass --params PATH") from None
-    except yaml.YAMLError as e:
-        raise InputFileError(f"{p}: not valid YAML ({str(e).splitlines()[0]}); fix the syntax") from None
+    data = _read_params(p)
     _check_keys(p, data)
     node: Any = data
     for part in section.split("."):
@@ -312,15 +321,8 @@ def has_section(path: str | Path | None, section: str, *, model: str | None = No
     """
     if path is None:
         return False
-    import yaml
-
     p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-    except FileNotFoundError:
-        raise InputFileError(f"{p}: params file not found; pass --params PATH") from None
-    except yaml.YAMLError as e:
-        raise InputFileError(f"{p}: not valid YAML ({str(e).splitlines()[0]}); fix the syntax") from None
+    data = _read_params(p)
     models = data.get("models") if isinstance(data, dict) else None
     if model is not None and isinstance(models, dict) and _walk(models.get(model), section) is not None:
         return True
