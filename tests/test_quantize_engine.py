@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 
 import numpy as np
@@ -165,14 +166,14 @@ def test_bad_input_one_line_nonzero_no_output(env, tmp_path, capsys):
 
 
 @pytest.mark.slow  # >10 s on the shared 2-core machine
-def test_failed_run_keeps_previous_output_and_checkpoint(env, tmp_path, monkeypatch):
+def test_failed_run_keeps_previous_output_and_checkpoint(env, tmp_path, monkeypatch, caplog):
     from quantkit.quantize import calibrate
 
     monkeypatch.setattr(calibrate, "CHECKPOINT_INTERVAL_S", 0.0)  # save after every chunk
     root, intake, cset, params, out = env
     dest = tmp_path / "keep"
-    quantize(intake, StaticQuantConfig(), out=dest, calibration_set=cset)
-    before = (dest / "model_int8.onnx").read_bytes()
+    quantize(intake, StaticQuantConfig(calibration_chunk_size=2), out=dest, calibration_set=cset)
+    before = {f: (dest / f).read_bytes() for f in ("model_int8.onnx", "record.json")}
     import quantkit.calibset.reader as rd
 
     real = rd.CalibrationSetReader.get_next
@@ -187,11 +188,14 @@ def test_failed_run_keeps_previous_output_and_checkpoint(env, tmp_path, monkeypa
     monkeypatch.setattr(rd.CalibrationSetReader, "get_next", flaky)
     with pytest.raises(KeyboardInterrupt):
         quantize(intake, StaticQuantConfig(calibration_chunk_size=2), out=dest, calibration_set=cset)
-    assert (dest / "model_int8.onnx").read_bytes() == before
+    assert {f: (dest / f).read_bytes() for f in before} == before, "\n".join(__import__("difflib").unified_diff(before["record.json"].decode().splitlines(), (dest / "record.json").read_text().splitlines(), lineterm=""))
     assert (tmp_path / ".keep.calib-checkpoint").is_file()
     monkeypatch.setattr(rd.CalibrationSetReader, "get_next", real)
-    rec = quantize(intake, StaticQuantConfig(calibration_chunk_size=2), out=dest, calibration_set=cset)
-    assert rec.calibration["resumed_batches"] == 2 and not (tmp_path / ".keep.calib-checkpoint").exists()
+    with caplog.at_level(logging.INFO, logger="quantkit"):
+        quantize(intake, StaticQuantConfig(calibration_chunk_size=2), out=dest, calibration_set=cset)
+    assert "after 2 of" in caplog.text and not (tmp_path / ".keep.calib-checkpoint").exists()
+    # the resumed run writes the same bytes as the uninterrupted one: the record holds no trace of the resume
+    assert {f: (dest / f).read_bytes() for f in before} == before, "\n".join(__import__("difflib").unified_diff(before["record.json"].decode().splitlines(), (dest / "record.json").read_text().splitlines(), lineterm=""))
 
 
 def test_exclusions_keep_nodes_float(tmp_path):

@@ -63,7 +63,8 @@ State = Union[MinMaxState, HistogramState, FineHistogramState]
 class CalibrationRun:
     """What range collection did. ``tensors`` is ORT's ``TensorsData`` (tensor name -> ``TensorData``).
 
-    ``images`` counts images seen in this and resumed runs; ``resumed_batches`` is how many batches were
+    ``images`` counts images seen in this and resumed runs; ``chunks`` is how many chunks a whole run takes (all
+    passes, resumed or not); ``resumed_batches`` is how many batches were
     restored from a checkpoint; ``seconds`` is this run's wall time. ``unobserved``: calibrated tensors that had
     no element on any image (no range; the engine keeps their nodes in float). ``variable_shape``: tensors whose
     shape the model leaves open (read at whatever size arrives). ``warnings``: one line each, for the user.
@@ -82,9 +83,12 @@ class CalibrationRun:
     channel_ranges: tuple[ChannelRange, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """The record's ``calibration`` entries (the three lists only when not empty)."""
-        d: dict[str, Any] = {"tensors": len(self.tensors.data), "images": self.images, "batches": self.batches, "chunks": self.chunks,
-                             "resumed_batches": self.resumed_batches, "seconds": round(self.seconds, 3)}
+        """The record's ``calibration`` entries (the three lists only when not empty).
+
+        Only what the result depends on: not ``seconds`` nor ``resumed_batches``, so a run resumed from a
+        checkpoint writes the same record bytes as an uninterrupted one (the resume is logged instead).
+        """
+        d: dict[str, Any] = {"tensors": len(self.tensors.data), "images": self.images, "batches": self.batches, "chunks": self.chunks}
         for k in ("unobserved", "variable_shape", "warnings"):
             if getattr(self, k):
                 d[k] = list(getattr(self, k))
@@ -312,12 +316,12 @@ def collect_ranges(
             log.info("resuming calibration from %s at pass %d after %d of %d batches", checkpoint, pass_no, done, n_batches)
     resumed = done + (n_batches if pass_no == 2 else 0)
     save = _Saver(Path(checkpoint) if checkpoint is not None else None, key, state, channels, dynamic)
-    chunks = 0
+    chunk_batches = max(1, config.calibration_chunk_size // bs)
     with adapter.quiet_ort(), _pool(fold_threads()) as pool:
         while True:
             desc = f"calibrate {config.method}" + (f" pass {pass_no}" if pass_no > 1 else "")
-            step = _Pass(reader, plan.tap_model, n_batches, max(1, config.calibration_chunk_size // bs), where, desc)
-            chunks += step.run(state, pass_no, done, pool, save, dynamic, channels if pass_no == 1 else None)
+            step = _Pass(reader, plan.tap_model, n_batches, chunk_batches, where, desc)
+            step.run(state, pass_no, done, pool, save, dynamic, channels if pass_no == 1 else None)
             if pass_no >= state.passes or not state.end_pass(pass_no):
                 break
             pass_no, done = pass_no + 1, 0
@@ -326,6 +330,7 @@ def collect_ranges(
     warning = _entropy_warning(plan.params, state, ranges)
     count = getattr(getattr(reader, "cset", None), "count", n_batches * bs)
     images = min(n_batches * bs, count, config.max_images or count)
+    chunks = pass_no * -(-n_batches // chunk_batches)  # a whole run's, resumed or not: the record must not depend on a resume
     return CalibrationRun(tensors=ranges, images=images, batches=n_batches, chunks=chunks, resumed_batches=resumed,
                           seconds=time.perf_counter() - t0, unobserved=unobserved, variable_shape=tuple(sorted(dynamic)),
                           warnings=(warning,) if warning else (), channel_ranges=channels.ranges())

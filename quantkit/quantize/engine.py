@@ -266,7 +266,7 @@ def _record(tensors: tuple[TensorScale, ...], model_digest: str, qdigest: str, c
         fingerprint=CalibrationRecord.compute_fingerprint(tensors, model_digest, set_id, chash), model_digest=model_digest,
         quantized_model_digest=qdigest, calibration_set=cs_info, config=config.to_dict(), config_hash=chash,
         opset_before=opset_before, opset_after=opset_after, versions=tool_versions(), tensors=tensors, mode=mode,
-        calibration={k: v for k, v in calib.items() if k != "seconds"})
+        calibration=calib)
 
 
 def _dynamic(model: Any, model_path: Path, note: ExportNote, config: DynamicQuantConfig, out: Path) -> CalibrationRecord:
