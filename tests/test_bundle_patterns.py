@@ -44,3 +44,36 @@ def _golden_inputs(bundle: Path) -> list[np.ndarray]:
 
     with tarfile.open(bundle) as tar:
         return [np.load(io.BytesIO(tar.extractfile(m).read()), allow_pickle=False) for m in tar.getmembers() if m.name.endswith("/input.npy")]
+
+
+@pytest.mark.parametrize("disagrees_here", [True, False])
+def test_verify_runs_the_models_patterns_on_this_machine_and_names_the_fix(disagrees_here, tmp_path: Path, monkeypatch) -> None:
+    """The bundle lists the risky patterns its model uses; verify runs each on the target runtime here (not only on the
+    building machine) and, where the runtime gets one wrong here, warns with the nodes, this CPU and the fix. The
+    runtime's verdict is forced both ways so both branches run on any CPU (u8s8 saturates on AVX2 without VNNI only)."""
+    import dataclasses
+
+    import quantkit.patterns as patterns
+    from quantkit.patterns import get_pattern
+
+    case = get_pattern("saturation_u8s8").build()
+    pipe = make_pattern_pipeline(tmp_path, case.model)
+    res = build_bundle(pipe["deployed"], pipe["thresholds"], pipe["intake"], pipe["golden"], tmp_path / "dist",
+                       BundleConfig(golden_count=2, patterns=True, activation_max_elements=0))
+    real = patterns.run_pattern
+
+    def forced(pattern, variant, *a, **k):
+        r = real(pattern, variant, *a, **k)
+        if disagrees_here:
+            return dataclasses.replace(r, verdict="disagree", max_steps=82.0, mismatch=1.0, detail="100.0% of outputs more than 1 step(s) off, worst 82.0")
+        return dataclasses.replace(r, verdict="agree", max_steps=0.0, mismatch=0.0, detail="")
+
+    monkeypatch.setattr(patterns, "run_pattern", forced)
+    report = verify_bundle(res.path, VerifyConfig(runtimes=("onnxruntime",), latency_repeats=0, localize=False))
+    rows = [c for c in report.checks if c.kind == "patterns" and c.runtime == "onnxruntime"]
+    here = [c for c in rows if "saturation_u8s8 disagree here on" in c.detail]
+    if disagrees_here:
+        assert len(here) == 1 and here[0].status == "warn", rows
+        assert "reduce_range: true" in here[0].detail and "VNNI" in here[0].detail and "used at" in here[0].detail
+    else:
+        assert not here and all("agrees here" in c.detail for c in rows), rows

@@ -96,6 +96,9 @@ def verify_deployment(bundle: str | Path, fp32: str | Path, site_sets: Sequence[
                 continue
             run = next(r for r in report.runs if r.runtime == name)
             fails = tuple(f"[{c.kind}] {c.name}: {c.detail}" for c in report.failures if c.runtime in ("", name))[:3]
+            if fails:  # the likely cause: a pattern of the model this runtime gets wrong on this machine
+                fails += tuple(f"[likely cause] {' | '.join(c.detail.split(' | ')[:2])}" for c in report.checks
+                               if c.kind == "patterns" and c.runtime == name and "here on" in c.detail)
             sites = tuple(_site(s, ts, fp32_dec[s.name], _decisions(name, ex.path("model_int8.onnx"), s, note.preprocessing, ts, cfg)) for s in sets)
             info = run.info
             results.append(RuntimeResult(name, True, info.version if info else "", info.label if info else "", dict(info.options) if info else {},

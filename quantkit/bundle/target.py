@@ -11,7 +11,9 @@ deployment settings (ORT level ``all``; OpenVINO f32, pinned and recorded):
   (:func:`quantkit.bundle.decisions.agreement`, the task's decision metric >= ``decision_min_agreement``);
 * ``precision``: share of Conv/MatMul MACs the runtime executed in int8/uint8, by its own account;
 * ``latency``: median wall time per golden input (machine-dependent; informational);
-* ``patterns``: patterns the model uses that this runtime got wrong on the building machine (warn);
+* ``patterns``: the risky patterns the model uses (:mod:`quantkit.patterns`), each run on this runtime on this
+  machine, where the golden outputs are checked: one the runtime gets wrong here is a warning naming the nodes, the
+  CPU and the fix (e.g. ``saturation_u8s8`` on x86 without VNNI); so is one it got wrong on the building machine;
 * ``layer`` (after an output or decision failure): :func:`quantkit.runtimes.localize.localize` cuts the model and
   names the first tensor and op where the runtime diverges from the golden activations, then confirms it on the
   unmodified model's outputs.
@@ -179,16 +181,54 @@ def _precision(rt: Any, feed: dict[str, np.ndarray] | None, model: Any, add: Cal
     return summary
 
 
-def _pattern_warnings(runtime: str, man: BundleManifest, add: Callable[..., bool]) -> None:
-    from ..patterns import PatternMatrix
+PATTERN_FIXES = {
+    "saturation": "this CPU has no VNNI: the runtime sums pairs of uint8 x int8 products in 16 bits (x86 vpmaddubsw), "
+                  "which saturate; quantize with reduce_range: true (7-bit weights) or activation_type: int8, or deploy on a "
+                  "CPU with VNNI (ONNX Runtime docs, 'Quantize ONNX models', U8S8 saturation on AVX2/AVX-512 without VNNI)",
+    "resize": "the runtime rounds this Resize's coordinates differently; compare its outputs before trusting thresholds near it",
+    "concat_scales": "the runtime requantizes the Concat inputs to one scale; give them one range (quantize's "
+                     "tensor_overrides) or keep the Concat in float (fallback)",
+    "elementwise": "the runtime's integer kernel rounds differently from the QDQ simulation; keep the node in float "
+                   "(fallback) if its output decides",
+    "activation_16bit": "the runtime computes 16-bit QDQ in lower precision; use 8-bit activations there or keep the "
+                        "nodes in float",
+}
+"""Fix hint per pattern family (:attr:`quantkit.patterns.Pattern.family`) shown with a pattern the target gets wrong."""
 
-    if not man.patterns.get("matrix"):
-        return
-    m = PatternMatrix.from_dict(man.patterns["matrix"])
-    bad = [(p, nodes, m.verdict(p, runtime)) for p, nodes in man.patterns.get("used", [])]
-    bad = [(p, nodes, r) for p, nodes, r in bad if r is not None and r.verdict != "agree"]
-    if bad:
-        add("patterns", runtime, "warn", "; ".join(f"{p} ({r.verdict} on the building machine, {r.variant}) at {', '.join(nodes[:3])}" for p, nodes, r in bad[:4]))
+
+def _pattern_warnings(runtime: str, man: BundleManifest, add: Callable[..., bool]) -> list[str]:
+    """Run each pattern the model uses on ``runtime`` here (tiny models, milliseconds each) and warn for those it
+    gets wrong here or got wrong on the building machine; returns the patterns that disagree here."""
+    from ..patterns import PatternMatrix, get_pattern, run_pattern, runtime_variants
+    from ..runtimes.precision import cpu_isa
+
+    used = [(p, list(nodes)) for p, nodes in man.patterns.get("used", [])]
+    if not used:
+        return []
+    variant = next((v for v in runtime_variants([runtime]) if v.deployment), None)
+    built = PatternMatrix.from_dict(man.patterns["matrix"]) if man.patterns.get("matrix") else None
+    isa = cpu_isa()
+    machine = f"{isa['model']} ({', '.join(isa['flags']) or isa['machine']})"
+    here_bad, lines = [], []  # lines: (share of outputs off here, text); the worst first
+    for name, nodes in used:
+        try:
+            pattern = get_pattern(name)
+        except KeyError:  # a pattern this quantkit does not know (a newer bundle): only the build matrix speaks
+            pattern = None
+        r = run_pattern(pattern, variant) if pattern is not None and variant is not None else None
+        at = ", ".join(nodes[:3]) + (f" (+{len(nodes) - 3})" if len(nodes) > 3 else "")
+        if r is not None and r.verdict != "agree":
+            here_bad.append(name)
+            fix = PATTERN_FIXES.get(pattern.family, "")
+            lines.append((r.mismatch if r.mismatch is not None else 1.0,
+                          f"{name} {r.verdict} here on {machine}: {r.detail or 'refused'}; used at {at}" + (f"; {fix}" if fix else "")))
+            continue
+        b = built.verdict(name, runtime) if built is not None else None
+        if b is not None and b.verdict != "agree":
+            lines.append((-1.0, f"{name} ({b.verdict} on the building machine, {b.variant}; agrees here) at {at}"))
+    if lines:
+        add("patterns", runtime, "warn", " | ".join(t for _, t in sorted(lines, key=lambda x: -x[0])[:4]))
+    return here_bad
 
 
 def _localize(runtime: str, opts: dict[str, Any], ex: ExtractedBundle, man: BundleManifest, model: Any, failing: tuple[str, dict[str, np.ndarray]],
