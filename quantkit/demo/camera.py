@@ -24,11 +24,13 @@ xyY -> XYZ -> linear sRGB with the IEC 61966-2-1 matrix.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
 from ..config import Config
 from ..errors import ConfigError
+from .exact import correlate_reflect, power_table, resize, srgb_eotf_table
 
 _LUMA709 = np.array([0.2126, 0.7152, 0.0722])  # relative luminance of linear sRGB (ITU-R BT.709)
 # XYZ -> linear sRGB (IEC 61966-2-1, D65)
@@ -91,71 +93,82 @@ class LightingConfig(Config):
 def blackbody_rgb(kelvin: float) -> np.ndarray:
     """Linear-sRGB colour ``(3,) float64`` of a blackbody at ``kelvin``, normalized to G = 1 (Kang et al. 2002)."""
     t = float(kelvin)
+    # powers as products (Python's ** calls libm pow, whose FMA and non-FMA builds may differ in the last bit)
+    t2, t3 = t * t, t * t * t
     if t <= 4000:
-        x = -0.2661239e9 / t**3 - 0.2343589e6 / t**2 + 0.8776956e3 / t + 0.179910
+        x = -0.2661239e9 / t3 - 0.2343589e6 / t2 + 0.8776956e3 / t + 0.179910
     else:
-        x = -3.0258469e9 / t**3 + 2.1070379e6 / t**2 + 0.2226347e3 / t + 0.240390
+        x = -3.0258469e9 / t3 + 2.1070379e6 / t2 + 0.2226347e3 / t + 0.240390
+    x2, x3 = x * x, x * x * x
     if t <= 2222:
-        y = -1.1063814 * x**3 - 1.34811020 * x**2 + 2.18555832 * x - 0.20219683
+        y = -1.1063814 * x3 - 1.34811020 * x2 + 2.18555832 * x - 0.20219683
     elif t <= 4000:
-        y = -0.9549476 * x**3 - 1.37418593 * x**2 + 2.09137015 * x - 0.16748867
+        y = -0.9549476 * x3 - 1.37418593 * x2 + 2.09137015 * x - 0.16748867
     else:
-        y = 3.0817580 * x**3 - 5.87338670 * x**2 + 3.75112997 * x - 0.37001483
-    xyz = np.array([x / y, 1.0, (1.0 - x - y) / y])
-    rgb = _XYZ_TO_SRGB @ xyz
+        y = 3.0817580 * x3 - 5.87338670 * x2 + 3.75112997 * x - 0.37001483
+    xyz = (x / y, 1.0, (1.0 - x - y) / y)
+    rgb = np.array([_dot3(row, xyz) for row in _XYZ_TO_SRGB.tolist()])  # no BLAS: see quantkit.demo.exact
     return np.clip(rgb, 1e-4, None) / rgb[1]
+
+
+def _dot3(a: list[float] | tuple[float, ...], b: list[float] | tuple[float, ...]) -> float:
+    """``a . b`` of two 3-vectors in Python floats, left to right (the same bits on every CPU)."""
+    return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
 
 
 def srgb_to_linear(img_u8: np.ndarray) -> np.ndarray:
     """sRGB EOTF (IEC 61966-2-1): ``(H, W, 3) uint8`` -> ``float32`` linear in [0, 1] (256-entry table)."""
-    c = np.arange(256, dtype=np.float64) / 255.0
-    lut = np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4).astype(np.float32)
-    return lut[img_u8]
+    return srgb_eotf_table()[img_u8]
 
 
 def _disc_kernel(radius: float) -> np.ndarray:
     r = int(np.ceil(radius))
     yy, xx = np.mgrid[-r:r + 1, -r:r + 1].astype(np.float32)
     # anti-aliased disc: coverage ramps over one pixel at the edge
-    k = np.clip(radius + 0.5 - np.sqrt(xx**2 + yy**2), 0.0, 1.0)
-    return (k / k.sum()).astype(np.float32)
+    k = np.clip(radius + 0.5 - np.sqrt(xx * xx + yy * yy), 0.0, 1.0)
+    return (k / np.float32(math.fsum(k.ravel().tolist()))).astype(np.float32)  # exact sum, no SIMD reduction order
 
 
 def capture(scene_u8: np.ndarray, camera: CameraConfig, lighting: LightingConfig, rng: np.random.Generator) -> np.ndarray:
     """Photograph ``scene_u8`` (``(H, W, 3) uint8`` sRGB) with ``camera`` under ``lighting``.
 
+    Every step gives the same bits on every CPU (no BLAS, OpenCV or SIMD transcendental functions; see
+    :mod:`quantkit.demo.exact`): a calibration set's id must not depend on the machine that rendered it.
+
     Returns:
         ``(H, W, 3) uint8`` RGB, gamma-encoded, same size as the scene (before JPEG).
     """
-    import cv2
-
     h, w = scene_u8.shape[:2]
     lin = srgb_to_linear(scene_u8)
     wb = blackbody_rgb(lighting.color_temperature_k) / blackbody_rgb(camera.white_balance_k)
-    wb = (wb / float(_LUMA709 @ wb)).astype(np.float32)  # same luminance, different colour
+    wb = (wb / _dot3(_LUMA709.tolist(), wb.tolist())).astype(np.float32)  # same luminance, different colour
     lin *= wb * np.float32(lighting.exposure)
     if camera.vignetting > 0:
         yy, xx = np.ogrid[0:h, 0:w]
-        r2 = (((xx - w / 2) ** 2 + (yy - h / 2) ** 2) / float((w / 2) ** 2 + (h / 2) ** 2)).astype(np.float32)
+        dx, dy = xx - w / 2, yy - h / 2
+        r2 = ((dx * dx + dy * dy) / float((w / 2) * (w / 2) + (h / 2) * (h / 2))).astype(np.float32)
         # cos^4 law with the half-diagonal at ~35 degrees off-axis, scaled by `vignetting`
-        cos4 = 1.0 / (1.0 + 0.5 * r2) ** 2
+        d = 1.0 + 0.5 * r2
+        cos4 = 1.0 / (d * d)
         lin *= (1.0 - camera.vignetting * (1.0 - cos4))[..., None]
     if camera.defocus_px >= 0.5:
-        lin = cv2.filter2D(lin, -1, _disc_kernel(camera.defocus_px), borderType=cv2.BORDER_REFLECT)
+        lin = correlate_reflect(lin, _disc_kernel(camera.defocus_px))
     sh, sw = max(8, round(h * camera.resolution)), max(8, round(w * camera.resolution))
     if (sh, sw) != (h, w):
-        lin = cv2.resize(lin, (sw, sh), interpolation=cv2.INTER_AREA)
+        lin = resize(lin, (sh, sw), "area")
     # Poisson-Gaussian noise in its heteroscedastic Gaussian form (Foi et al. 2008, eq. 3): variance =
     # mean electrons (shot) + read_noise_e^2; exact enough above ~20 e-, and 5x faster than rng.poisson.
     mean_e = np.clip(lin, 0.0, None) * np.float32(camera.full_well_e)
-    sigma_e = np.sqrt(mean_e + np.float32(camera.read_noise_e**2))
+    sigma_e = np.sqrt(mean_e + np.float32(camera.read_noise_e * camera.read_noise_e))
     electrons = mean_e + sigma_e * rng.standard_normal(size=mean_e.shape, dtype=np.float32)
     signal = np.clip(electrons * np.float32(lighting.gain / camera.full_well_e), 0.0, 1.0)
+    # colour matrix as elementwise products and sums (not `signal @ ccm.T`: BLAS kernels differ per CPU)
     ccm = np.asarray(camera.color_matrix, np.float32).reshape(3, 3)
-    signal = np.clip(signal @ ccm.T, 0.0, 1.0)
+    chans = [signal[..., 0], signal[..., 1], signal[..., 2]]
+    signal = np.clip(np.stack([chans[0] * ccm[r, 0] + chans[1] * ccm[r, 1] + chans[2] * ccm[r, 2] for r in range(3)], axis=-1), 0.0, 1.0)
     # gamma encoding through a 4096-entry table (12-bit, finer than the 8-bit output)
-    lut = (np.linspace(0.0, 1.0, 4096, dtype=np.float64) ** (1.0 / camera.gamma)).astype(np.float32)
+    lut = power_table(4096, 1.0 / camera.gamma)
     encoded = lut[(signal * np.float32(4095.0) + np.float32(0.5)).astype(np.int32)]
     if (sh, sw) != (h, w):
-        encoded = cv2.resize(encoded, (w, h), interpolation=cv2.INTER_LINEAR)
+        encoded = resize(encoded, (h, w), "linear")
     return np.clip(encoded * 255.0 + 0.5, 0, 255).astype(np.uint8)

@@ -3,9 +3,12 @@
 Backgrounds are photos shipped in scikit-image's data folder (read from the installed package; nothing
 is downloaded), randomly cropped, scaled and flipped. Text is rendered with fonts shipped in
 matplotlib (``mpl-data/fonts/ttf``) through Pillow, on label patches (white, yellow, grey stickers) or
-printed directly on the surface, then warped onto the photo with a homography (OpenCV), so every text
-line's quad in the final image is known exactly: the patch-space box of each line mapped by the same
-homography. Quads are clockwise from top-left in image pixels.
+printed directly on the surface, then warped onto the photo with a homography, so every text line's quad in
+the final image is known exactly: the patch-space box of each line mapped by the same homography. Quads
+are clockwise from top-left in image pixels.
+
+Resampling, warping and the label geometry use :mod:`quantkit.demo.exact` (not OpenCV, BLAS or NumPy's
+SIMD ``sin``/``cos``), so a scene has the same bytes on every CPU: demo calibration sets are versioned data.
 
 Images with text of their own (``page``, ``text``) are left out, so the ground truth is complete.
 """
@@ -13,12 +16,14 @@ Images with text of their own (``page``, ``text``) are left out, so the ground t
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import InputFileError
+from .exact import apply_homography, homography, resize, sin_cos, warp_bilinear
 
 BACKGROUNDS: tuple[str, ...] = (
     "astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg", "motorcycle_left.png", "motorcycle_right.png",
@@ -150,8 +155,6 @@ def render_label(assets: SceneAssets, rng: np.random.Generator, px: int) -> Labe
 
 def background(assets: SceneAssets, rng: np.random.Generator, size: tuple[int, int]) -> np.ndarray:
     """A random crop (30-100% of the short side), flip and resize of a random background to ``size`` (h, w)."""
-    import cv2
-
     h, w = size
     src = assets.backgrounds[int(rng.integers(0, len(assets.backgrounds)))]
     sh, sw = src.shape[:2]
@@ -164,28 +167,25 @@ def background(assets: SceneAssets, rng: np.random.Generator, size: tuple[int, i
     crop = src[y0:y0 + ch, x0:x0 + cw]
     if rng.random() < 0.5:
         crop = crop[:, ::-1]
-    interp = cv2.INTER_AREA if ch > h else cv2.INTER_CUBIC
-    return cv2.resize(np.ascontiguousarray(crop), (w, h), interpolation=interp)
+    return resize(crop, (h, w), "area" if ch > h else "cubic")
 
 
 def _paste(scene: np.ndarray, label: Label, dst: np.ndarray, shade: float) -> np.ndarray:
     """Warp ``label`` onto ``scene`` (in place) so its corners land on ``dst`` ``(4, 2)``; returns the line quads."""
-    import cv2
-
     lh, lw = label.rgba.shape[:2]
-    src = np.array([[0, 0], [lw, 0], [lw, lh], [0, lh]], np.float32)
-    hom = cv2.getPerspectiveTransform(src, dst.astype(np.float32))
+    src = [(0.0, 0.0), (float(lw), 0.0), (float(lw), float(lh)), (0.0, float(lh))]
+    corners = [(float(x), float(y)) for x, y in dst.astype(np.float32)]
+    hom, inverse = homography(src, corners), homography(corners, src)
     h, w = scene.shape[:2]
     x0, y0 = (max(0, int(v) - 2) for v in np.floor(dst.min(axis=0)))
     x1, y1 = min(w, int(np.ceil(dst[:, 0].max())) + 2), min(h, int(np.ceil(dst[:, 1].max())) + 2)
-    shift = np.array([[1, 0, -x0], [0, 1, -y0], [0, 0, 1]], np.float64)  # warp only the label's bounding box
-    warped = cv2.warpPerspective(label.rgba, shift @ hom, (x1 - x0, y1 - y0), flags=cv2.INTER_LINEAR,
-                                 borderMode=cv2.BORDER_CONSTANT, borderValue=(0, 0, 0, 0))
+    warped = warp_bilinear(label.rgba, inverse, x0, y0, x1 - x0, y1 - y0)  # only the label's bounding box
     alpha = warped[..., 3:4].astype(np.float32) / 255.0
     rgb = warped[..., :3].astype(np.float32) * np.float32(shade)
     roi = scene[y0:y1, x0:x1]
     roi[:] = np.clip(roi.astype(np.float32) * (1 - alpha) + rgb * alpha + 0.5, 0, 255).astype(np.uint8)
-    return cv2.perspectiveTransform(label.boxes.reshape(-1, 1, 2).astype(np.float64), hom).reshape(-1, 4, 2)
+    bx, by = apply_homography(hom, label.boxes[..., 0].astype(np.float64), label.boxes[..., 1].astype(np.float64))
+    return np.stack([bx, by], axis=-1)
 
 
 def compose(assets: SceneAssets, rng: np.random.Generator, size: tuple[int, int], n_labels: tuple[int, int] = (2, 5),
@@ -210,12 +210,13 @@ def compose(assets: SceneAssets, rng: np.random.Generator, size: tuple[int, int]
         if lw > 0.9 * w or lh > 0.9 * h:
             continue
         for _try in range(20):
-            ang = np.deg2rad(rng.uniform(-18, 18))
+            sin, cos = sin_cos(math.radians(float(rng.uniform(-18, 18))))  # not np.sin/np.cos (SIMD, per CPU)
             cx, cy = rng.uniform(lw / 2 + 4, w - lw / 2 - 4), rng.uniform(lh / 2 + 4, h - lh / 2 - 4)
             corners = np.array([[-lw / 2, -lh / 2], [lw / 2, -lh / 2], [lw / 2, lh / 2], [-lw / 2, lh / 2]])
-            rot = np.array([[np.cos(ang), -np.sin(ang)], [np.sin(ang), np.cos(ang)]])
+            # rotation as elementwise products (not `corners @ rot.T`: BLAS kernels differ per CPU)
+            rotated = np.stack([corners[:, 0] * cos - corners[:, 1] * sin, corners[:, 0] * sin + corners[:, 1] * cos], axis=1)
             jitter = rng.uniform(-0.06, 0.06, (4, 2)) * np.array([lw, lh])  # perspective: the label plane is tilted
-            dst = corners @ rot.T + jitter + [cx, cy]
+            dst = rotated + jitter + [cx, cy]
             if dst.min() < 2 or dst[:, 0].max() > w - 2 or dst[:, 1].max() > h - 2:
                 continue
             x0, y0 = np.floor(dst.min(axis=0)).astype(int) - 3

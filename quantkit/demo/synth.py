@@ -8,7 +8,9 @@ Determinism: image ``i`` of a set with seed ``s`` uses ``numpy.random.default_rn
 the same whatever ``count`` is; JPEGs are written by Pillow with fixed settings (quality from the
 camera, 4:2:0 subsampling, baseline, no optimize, no EXIF); capture times come from the seed and the
 lighting (day 08:00-17:00, night 21:00-05:00 on day ``seed`` after 2025-03-01 UTC), never from the
-clock. Same params, same software versions -> same bytes.
+clock. Same params, same software versions -> same bytes, on every CPU: a set's id is part of versioned
+data, so rendering uses no CPU-dispatched arithmetic (BLAS, OpenCV SIMD/IPP, SIMD ``sin``/``pow``; see
+:mod:`quantkit.demo.exact`), and libjpeg-turbo's default integer DCT is exact whatever its SIMD.
 """
 
 from __future__ import annotations
