@@ -137,7 +137,7 @@ def measure(works: Sequence[str | Path], config: MeasureConfig | None = None, *,
     cpu = cpu_isa()
     return {"schema_version": 1, "machine": f"{cpu.get('model') or 'unknown CPU'} ({cpu.get('machine', '')}; {', '.join(cpu.get('flags', []))})",
             "method": f"interleaved medians of {cfg.repeats} runs after {cfg.warmup} warm-up runs, {cfg.images} images, each runtime at its "
-                      "deployment settings", "latency": rows, "skipped": skipped, "slower_than_fp32": slower}
+                      "deployment settings (ONNX Runtime with intra-op spinning off, so idle sessions do not slow the timed one)", "latency": rows, "skipped": skipped, "slower_than_fp32": slower}
 
 
 def write_measurements(result: dict[str, Any], out: str | Path) -> dict[str, Path]:

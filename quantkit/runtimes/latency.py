@@ -3,6 +3,9 @@
 A loaded machine slows every model it runs, so comparing two models timed one after the other says more
 about the load than about the models. Here every repeat runs each model once on the same input, in a
 rotating order, and the medians of those runs are compared (the same design as ``farm-bench --vs``).
+ONNX Runtime sessions are timed with ``session.intra_op.allow_spinning = 0``: several sessions take turns on the
+same cores here, and a spinning idle session would slow the timed one (see ``_ort``); a deployed model runs alone
+with spinning on, which one session alone measured about 10% faster at 2 threads, for FP32 and INT8 alike.
 
 Runtimes enter through a *runner factory*: ``factory(model, threads) -> Runner`` (a
 :class:`quantkit.runner.Runner`: ``activate / infer / deactivate``, wall time per call in
@@ -63,7 +66,10 @@ class LatencyConfig(Config):
 
 
 def _ort(model: Any, threads: int) -> Runner:
-    return OrtRunner(model, graph_optimization_level="all", intra_op_num_threads=threads, name="onnxruntime")
+    # Spinning off: with it on (ORT's default), the idle sessions' intra-op threads busy-wait after their own run and
+    # take the cores from the session being timed. Measured on 2 cores (PP-OCR det 640, FP32 / deployed / candidate
+    # interleaved, 2 threads): FP32 118.5 ms with spinning vs 73.4 ms without; one session alone: 59 / 65 ms.
+    return OrtRunner(model, graph_optimization_level="all", intra_op_num_threads=threads, name="onnxruntime", allow_spinning=False)
 
 
 def _openvino(model: Any, threads: int) -> Runner:

@@ -47,6 +47,10 @@ class OrtRuntime(Runtime):
         intra_op_num_threads: 0 lets ORT choose; ``QUANTKIT_THREADS`` overrides when set.
         outputs: intermediate tensors to expose as extra graph outputs.
         name: display name in messages.
+        allow_spinning: ORT's ``session.intra_op.allow_spinning`` (its default, True: idle intra-op threads
+            busy-wait for the next work). False where several sessions take turns on the same cores, as in
+            interleaved timing (:mod:`quantkit.runtimes.latency`): there one session's spinning threads take the
+            cores from the next one's run.
 
     Raises:
         ConfigError: an unknown optimization level.
@@ -55,8 +59,9 @@ class OrtRuntime(Runtime):
     NAME = "onnxruntime"
 
     def __init__(self, model: Any, *, providers: Sequence[str] = ("CPUExecutionProvider",), graph_optimization_level: str = DEPLOYMENT_LEVEL,
-                 intra_op_num_threads: int = 0, outputs: Sequence[str] = (), name: str | None = None) -> None:
+                 intra_op_num_threads: int = 0, outputs: Sequence[str] = (), name: str | None = None, allow_spinning: bool = True) -> None:
         super().__init__(model, outputs=outputs, name=name)
+        self.allow_spinning = allow_spinning
         if graph_optimization_level not in LEVELS:
             raise ConfigError(f"graph_optimization_level: {graph_optimization_level!r} is not one of {', '.join(LEVELS)}")
         self.providers = tuple(providers)
@@ -86,6 +91,8 @@ class OrtRuntime(Runtime):
         opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, LEVELS[self.graph_optimization_level])
         opts.intra_op_num_threads = self.intra_op_num_threads
         opts.log_severity_level = 3
+        if not self.allow_spinning:
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         if profile_prefix:
             opts.enable_profiling = True
             opts.profile_file_prefix = profile_prefix
