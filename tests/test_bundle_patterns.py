@@ -11,6 +11,7 @@ import pytest
 from test_bundle_fixtures import make_pattern_pipeline
 
 from quantkit.bundle import BundleConfig, VerifyConfig, build_bundle, verify_bundle
+from quantkit.bundle.deployment import likely_causes
 from quantkit.patterns import PATTERNS, run_pattern, runtime_variants
 from quantkit.runtimes.localize import quantized_tensors
 
@@ -61,9 +62,13 @@ def test_verify_runs_the_models_patterns_on_this_machine_and_names_the_fix(disag
     res = build_bundle(pipe["deployed"], pipe["thresholds"], pipe["intake"], pipe["golden"], tmp_path / "dist",
                        BundleConfig(golden_count=2, patterns=True, activation_max_elements=0))
     real = patterns.run_pattern
+    calls = []
 
     def forced(pattern, variant, *a, **k):
+        calls.append(pattern.name)
         r = real(pattern, variant, *a, **k)
+        if pattern.name != "saturation_u8s8":  # the model's other patterns (per-channel, uint8 activations) cannot diverge here
+            return dataclasses.replace(r, verdict="agree", max_steps=0.0, mismatch=0.0, detail="")
         if disagrees_here:
             return dataclasses.replace(r, verdict="disagree", max_steps=82.0, mismatch=1.0, detail="100.0% of outputs more than 1 step(s) off, worst 82.0")
         return dataclasses.replace(r, verdict="agree", max_steps=0.0, mismatch=0.0, detail="")
@@ -72,8 +77,35 @@ def test_verify_runs_the_models_patterns_on_this_machine_and_names_the_fix(disag
     report = verify_bundle(res.path, VerifyConfig(runtimes=("onnxruntime",), latency_repeats=0, localize=False))
     rows = [c for c in report.checks if c.kind == "patterns" and c.runtime == "onnxruntime"]
     here = [c for c in rows if "saturation_u8s8 disagree here on" in c.detail]
+    assert "saturation_u8s8" in calls  # the pattern was run here, on this machine's runtime
     if disagrees_here:
         assert len(here) == 1 and here[0].status == "warn", rows
-        assert "reduce_range: true" in here[0].detail and "VNNI" in here[0].detail and "used at" in here[0].detail
+        assert "used at" in here[0].detail
+        isa = __import__("quantkit.runtimes.precision", fromlist=["cpu_isa"]).cpu_isa()
+        no_vnni_x86 = isa["machine"] == "x86_64" and not {"avx512_vnni", "avx_vnni"} & set(isa["flags"])
+        # the VNNI explanation and its fix only where they apply (x86 without VNNI)
+        assert ("reduce_range: true" in here[0].detail and "weight_type: uint8" in here[0].detail) == no_vnni_x86
+        causes = likely_causes(report, "onnxruntime")
+        assert len(causes) == 1 and causes[0].startswith("[likely cause] saturation_u8s8 disagree here on")
     else:
         assert not here and all("agrees here" in c.detail for c in rows), rows
+        assert likely_causes(report, "onnxruntime") == ()
+
+
+def test_a_pattern_that_cannot_run_here_is_a_skipped_row_not_a_traceback(tmp_path: Path, monkeypatch) -> None:
+    import quantkit.patterns as patterns
+    from quantkit.patterns import get_pattern
+
+    case = get_pattern("saturation_u8s8").build()
+    pipe = make_pattern_pipeline(tmp_path, case.model)
+    res = build_bundle(pipe["deployed"], pipe["thresholds"], pipe["intake"], pipe["golden"], tmp_path / "dist",
+                       BundleConfig(golden_count=2, patterns=True, activation_max_elements=0))
+
+    def broken(pattern, variant, *a, **k):  # e.g. an older onnx whose reference evaluator lacks a kernel
+        raise NotImplementedError("no reference kernel for QuantizeLinear(21)")
+
+    monkeypatch.setattr(patterns, "run_pattern", broken)
+    report = verify_bundle(res.path, VerifyConfig(runtimes=("onnxruntime",), latency_repeats=0, localize=False))
+    skipped = [c.detail for c in report.checks if c.kind == "patterns" and c.status == "skip"]
+    assert any("saturation_u8s8 not run here: NotImplementedError" in d for d in skipped), skipped
+    assert report.runs and report.runs[0].runtime == "onnxruntime"  # verification went on past the patterns

@@ -46,10 +46,14 @@ print(json.dumps(result))
 
 def _plain_env() -> dict[str, str]:
     """The CPU-specific code paths off: generic OpenBLAS kernels (no FMA), NumPy's baseline loops, no libjpeg-turbo SIMD."""
-    from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+    try:
+        from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+    except ImportError:  # NumPy 1.x
+        from numpy.core._multiarray_umath import __cpu_dispatch__, __cpu_features__
 
     found = [f for f in __cpu_dispatch__ if __cpu_features__.get(f)]
-    env = {"QK_TEST_CV_PLAIN": "1", "JSIMD_FORCENONE": "1", "OPENBLAS_NUM_THREADS": "1"}
+    # GLIBC_TUNABLES: glibc's own FMA/AVX2 variants of libm functions (expf, logf, ...) off
+    env = {"QK_TEST_CV_PLAIN": "1", "JSIMD_FORCENONE": "1", "OPENBLAS_NUM_THREADS": "1", "GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX2,-FMA"}
     env["OPENBLAS_CORETYPE"] = "Prescott" if os.uname().machine in ("x86_64", "AMD64") else "ARMV8"
     if found:
         env["NPY_DISABLE_CPU_FEATURES"] = " ".join(found)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import shutil
@@ -166,6 +167,10 @@ def test_bad_input_one_line_nonzero_no_output(env, tmp_path, capsys):
 
 
 @pytest.mark.slow  # >10 s on the shared 2-core machine
+def _record_diff(before: dict[str, bytes], dest) -> str:
+    return "\n".join(difflib.unified_diff(before["record.json"].decode().splitlines(), (dest / "record.json").read_text().splitlines(), lineterm=""))
+
+
 def test_failed_run_keeps_previous_output_and_checkpoint(env, tmp_path, monkeypatch, caplog):
     from quantkit.quantize import calibrate
 
@@ -188,14 +193,14 @@ def test_failed_run_keeps_previous_output_and_checkpoint(env, tmp_path, monkeypa
     monkeypatch.setattr(rd.CalibrationSetReader, "get_next", flaky)
     with pytest.raises(KeyboardInterrupt):
         quantize(intake, StaticQuantConfig(calibration_chunk_size=2), out=dest, calibration_set=cset)
-    assert {f: (dest / f).read_bytes() for f in before} == before, "\n".join(__import__("difflib").unified_diff(before["record.json"].decode().splitlines(), (dest / "record.json").read_text().splitlines(), lineterm=""))
+    assert {f: (dest / f).read_bytes() for f in before} == before, _record_diff(before, dest)
     assert (tmp_path / ".keep.calib-checkpoint").is_file()
     monkeypatch.setattr(rd.CalibrationSetReader, "get_next", real)
     with caplog.at_level(logging.INFO, logger="quantkit"):
         quantize(intake, StaticQuantConfig(calibration_chunk_size=2), out=dest, calibration_set=cset)
     assert "after 2 of" in caplog.text and not (tmp_path / ".keep.calib-checkpoint").exists()
     # the resumed run writes the same bytes as the uninterrupted one: the record holds no trace of the resume
-    assert {f: (dest / f).read_bytes() for f in before} == before, "\n".join(__import__("difflib").unified_diff(before["record.json"].decode().splitlines(), (dest / "record.json").read_text().splitlines(), lineterm=""))
+    assert {f: (dest / f).read_bytes() for f in before} == before, _record_diff(before, dest)
 
 
 def test_exclusions_keep_nodes_float(tmp_path):

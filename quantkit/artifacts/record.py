@@ -77,7 +77,7 @@ class TensorScale(Config):
 class CalibrationRecord(Artifact):
     """The ``record.json`` artifact. Build with :func:`quantkit.quantize.quantize`; read with :meth:`load`.
 
-    Beyond the scales: ``mode`` (static | dynamic), ``calibration`` (images, chunks, resumed batches, and
+    Beyond the scales: ``mode`` (static | dynamic), ``calibration`` (images, batches, chunks, and
     what the engine noticed) and ``calibrated_ranges`` (``{tensor: [min, max]}`` for every tensor the
     calibrator saw, quantized or not: ORT's QDQ quantizer also reads ranges of tensors it then folds, e.g.
     the input of a removed Clip, so replay needs them all).

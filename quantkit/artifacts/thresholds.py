@@ -107,8 +107,9 @@ class Estimate(Config):
 
 @dataclasses.dataclass(frozen=True)
 class Significance(Config):
-    """Whether a search moved a threshold away from FP32's: ``best`` candidate, its ``gain`` in the objective
-    over FP32's value, the paired-bootstrap CI of that gain, and ``moved`` (CI above zero)."""
+    """Whether a search moved a threshold away from FP32's: ``best`` candidate, its in-sample ``gain`` in the
+    objective over FP32's value, ``gain_ci`` the out-of-bag bootstrap interval of the search's gain on images it
+    did not see (:func:`quantkit.thresholds.stats.pick_significant`), and ``moved`` (that interval above zero)."""
 
     VERSIONED: ClassVar[bool] = False
 

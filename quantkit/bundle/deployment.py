@@ -96,9 +96,8 @@ def verify_deployment(bundle: str | Path, fp32: str | Path, site_sets: Sequence[
                 continue
             run = next(r for r in report.runs if r.runtime == name)
             fails = tuple(f"[{c.kind}] {c.name}: {c.detail}" for c in report.failures if c.runtime in ("", name))[:3]
-            if fails:  # the likely cause: a pattern of the model this runtime gets wrong on this machine
-                fails += tuple(f"[likely cause] {' | '.join(c.detail.split(' | ')[:2])}" for c in report.checks
-                               if c.kind == "patterns" and c.runtime == name and "here on" in c.detail)
+            if any(c.kind in ("output", "decision", "layer") and c.runtime == name for c in report.failures):
+                fails += likely_causes(report, name)
             sites = tuple(_site(s, ts, fp32_dec[s.name], _decisions(name, ex.path("model_int8.onnx"), s, note.preprocessing, ts, cfg)) for s in sets)
             info = run.info
             results.append(RuntimeResult(name, True, info.version if info else "", info.label if info else "", dict(info.options) if info else {},
@@ -106,6 +105,13 @@ def verify_deployment(bundle: str | Path, fp32: str | Path, site_sets: Sequence[
         man = ex.manifest
     return DeploymentVerification(path.name, sha256_file(path), str(man["record"]["fingerprint"]), str(man["thresholds"]["fingerprint"]),
                                   ts.adapter, tuple(results))
+
+
+def likely_causes(report: Any, runtime: str) -> tuple[str, ...]:
+    """``[likely cause]`` lines for a runtime whose outputs or decisions failed: the model's risky patterns that this
+    runtime gets wrong on this machine (the ``patterns`` check, :func:`quantkit.bundle.target.verify_on`), at most two."""
+    parts = [p for c in report.checks if c.kind == "patterns" and c.runtime == runtime for p in c.detail.split(" | ") if " here on " in p]
+    return (f"[likely cause] {' | '.join(parts[:2])}",) if parts else ()
 
 
 def _decisions(runtime: str, model: Path, cset: Any, pre: Any, ts: Any, cfg: DeploymentVerifyConfig, fp32: bool = False) -> list[dict[str, Any]]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -152,7 +152,7 @@ def _golden(runtime: str, rt: Any, opts: dict[str, Any], ex: ExtractedBundle, ma
     latency = 1000 * statistics.median(times) if times else None
     if latency is not None:
         add("latency", runtime, "pass", f"{latency:.1f} ms median over {len(times)} runs of the golden inputs (this machine; {info.label})")
-    _pattern_warnings(runtime, man, add)
+    _pattern_warnings(runtime, man, add, tuple(getattr(cfg, "providers", ("CPUExecutionProvider",))))
     div = None
     if first_fail is not None and cfg.localize:
         div = _localize(runtime, opts, ex, man, model, first_fail, steps, max_mismatch, add)
@@ -182,53 +182,64 @@ def _precision(rt: Any, feed: dict[str, np.ndarray] | None, model: Any, add: Cal
 
 
 PATTERN_FIXES = {
-    "saturation": "this CPU has no VNNI: the runtime sums pairs of uint8 x int8 products in 16 bits (x86 vpmaddubsw), "
-                  "which saturate; quantize with reduce_range: true (7-bit weights) or activation_type: int8, or deploy on a "
-                  "CPU with VNNI (ONNX Runtime docs, 'Quantize ONNX models', U8S8 saturation on AVX2/AVX-512 without VNNI)",
+    "saturation": "this CPU has no VNNI: the runtime sums pairs of 8-bit products in 16 bits (x86 vpmaddubsw), which "
+                  "saturate; quantize with reduce_range: true (7-bit weights) or weight_type: uint8 (U8U8), or deploy on a CPU "
+                  "with VNNI (ONNX Runtime docs, 'Quantize ONNX models': U8S8 saturation on AVX2/AVX-512 without VNNI; "
+                  "int8 activations take the same path and do not help)",
     "resize": "the runtime rounds this Resize's coordinates differently; compare its outputs before trusting thresholds near it",
     "concat_scales": "the runtime requantizes the Concat inputs to one scale; give them one range (quantize's "
                      "tensor_overrides) or keep the Concat in float (fallback)",
     "elementwise": "the runtime's integer kernel rounds differently from the QDQ simulation; keep the node in float "
-                   "(fallback) if its output decides",
+                   "(quantize's nodes_to_exclude, or fallback) if its output decides",
     "activation_16bit": "the runtime computes 16-bit QDQ in lower precision; use 8-bit activations there or keep the "
                         "nodes in float",
 }
 """Fix hint per pattern family (:attr:`quantkit.patterns.Pattern.family`) shown with a pattern the target gets wrong."""
 
 
-def _pattern_warnings(runtime: str, man: BundleManifest, add: Callable[..., bool]) -> list[str]:
-    """Run each pattern the model uses on ``runtime`` here (tiny models, milliseconds each) and warn for those it
-    gets wrong here or got wrong on the building machine; returns the patterns that disagree here."""
+def _pattern_warnings(runtime: str, man: BundleManifest, add: Callable[..., bool], providers: Sequence[str] = ("CPUExecutionProvider",)) -> None:
+    """Run each pattern the model uses on ``runtime`` here (tiny models, milliseconds each; CPU only, as the check
+    runs on the CPU provider) and warn for those it gets wrong here or got wrong on the building machine. A
+    pattern that cannot run here (an older onnx's reference evaluator, ...) is a ``skip`` row, never an exception."""
     from ..patterns import PatternMatrix, get_pattern, run_pattern, runtime_variants
-    from ..runtimes.precision import cpu_isa
+    from ..runtimes.precision import cpu_isa, cpu_label
 
-    used = [(p, list(nodes)) for p, nodes in man.patterns.get("used", [])]
+    used = [(p, [str(n) for n in nodes or ()]) for p, nodes in (man.patterns.get("used") or []) if isinstance(p, str)]
     if not used:
-        return []
-    variant = next((v for v in runtime_variants([runtime]) if v.deployment), None)
+        return
+    cpu_only = runtime != "onnxruntime" or tuple(providers) == ("CPUExecutionProvider",)
+    variant = next((v for v in runtime_variants([runtime]) if v.deployment), None) if cpu_only else None
     built = PatternMatrix.from_dict(man.patterns["matrix"]) if man.patterns.get("matrix") else None
     isa = cpu_isa()
-    machine = f"{isa['model']} ({', '.join(isa['flags']) or isa['machine']})"
-    here_bad, lines = [], []  # lines: (share of outputs off here, text); the worst first
+    machine = cpu_label(isa)
+    no_vnni_x86 = isa["machine"] in ("x86_64", "AMD64") and not {"avx512_vnni", "avx_vnni"} & set(isa["flags"])
+    lines = []  # (share of outputs off here, text); the worst first
     for name, nodes in used:
         try:
             pattern = get_pattern(name)
         except KeyError:  # a pattern this quantkit does not know (a newer bundle): only the build matrix speaks
             pattern = None
-        r = run_pattern(pattern, variant) if pattern is not None and variant is not None else None
         at = ", ".join(nodes[:3]) + (f" (+{len(nodes) - 3})" if len(nodes) > 3 else "")
+        r = None
+        if pattern is not None and variant is not None:
+            try:
+                r = run_pattern(pattern, variant)
+            except Exception as e:  # noqa: BLE001 - a check that cannot run here is a row, not a traceback
+                add("patterns", runtime, "skip", f"{name} not run here: {type(e).__name__}: {' '.join(str(e).split())[:200]}")
+                continue
         if r is not None and r.verdict != "agree":
-            here_bad.append(name)
-            fix = PATTERN_FIXES.get(pattern.family, "")
+            fix = PATTERN_FIXES.get(pattern.family, "") if r.verdict == "disagree" else ""
+            if pattern.family == "saturation" and not no_vnni_x86:
+                fix = ""  # the VNNI explanation does not apply on this CPU: say what the runtime did, nothing more
             lines.append((r.mismatch if r.mismatch is not None else 1.0,
                           f"{name} {r.verdict} here on {machine}: {r.detail or 'refused'}; used at {at}" + (f"; {fix}" if fix else "")))
             continue
         b = built.verdict(name, runtime) if built is not None else None
         if b is not None and b.verdict != "agree":
-            lines.append((-1.0, f"{name} ({b.verdict} on the building machine, {b.variant}; agrees here) at {at}"))
+            lines.append((-1.0, f"{name} ({b.verdict} on the building machine, {b.variant}; " +
+                          ("agrees here" if r is not None else "not run here") + f") at {at}"))
     if lines:
         add("patterns", runtime, "warn", " | ".join(t for _, t in sorted(lines, key=lambda x: -x[0])[:4]))
-    return here_bad
 
 
 def _localize(runtime: str, opts: dict[str, Any], ex: ExtractedBundle, man: BundleManifest, model: Any, failing: tuple[str, dict[str, np.ndarray]],

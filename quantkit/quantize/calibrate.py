@@ -64,8 +64,8 @@ class CalibrationRun:
     """What range collection did. ``tensors`` is ORT's ``TensorsData`` (tensor name -> ``TensorData``).
 
     ``images`` counts images seen in this and resumed runs; ``chunks`` is how many chunks a whole run takes (all
-    passes, resumed or not); ``resumed_batches`` is how many batches were
-    restored from a checkpoint; ``seconds`` is this run's wall time. ``unobserved``: calibrated tensors that had
+    passes, resumed or not); ``resumed_batches`` is how many batches were restored from a checkpoint and ``seconds``
+    this run's wall time (both logged, not recorded: :meth:`to_dict`). ``unobserved``: calibrated tensors that had
     no element on any image (no range; the engine keeps their nodes in float). ``variable_shape``: tensors whose
     shape the model leaves open (read at whatever size arrives). ``warnings``: one line each, for the user.
     ``channel_ranges``: FP32 ranges per channel of the graph outputs (:class:`~.outputs.OutputChannels`).

@@ -114,7 +114,7 @@ def measure(works: Sequence[str | Path], config: MeasureConfig | None = None, *,
     """
     from ..runtimes import available_runtimes
     from ..runtimes.latency import LatencyConfig, measure_latency
-    from ..runtimes.precision import cpu_isa
+    from ..runtimes.precision import cpu_isa, cpu_label
 
     cfg = config or MeasureConfig()
     installed = set(available_runtimes())
@@ -135,7 +135,7 @@ def measure(works: Sequence[str | Path], config: MeasureConfig | None = None, *,
     for s in slower:
         log.warning("slower than FP32: %s", s)
     cpu = cpu_isa()
-    return {"schema_version": 1, "machine": f"{cpu.get('model') or 'unknown CPU'} ({cpu.get('machine', '')}; {', '.join(cpu.get('flags', []))})",
+    return {"schema_version": 1, "machine": cpu_label(cpu),
             "method": f"interleaved medians of {cfg.repeats} runs after {cfg.warmup} warm-up runs, {cfg.images} images, each runtime at its "
                       "deployment settings (ONNX Runtime with intra-op spinning off, so idle sessions do not slow the timed one)", "latency": rows, "skipped": skipped, "slower_than_fp32": slower}
 

@@ -145,3 +145,11 @@ def cpu_isa() -> dict[str, Any]:
                 flags = set(value.split())
     return {"model": name or platform.processor() or platform.machine(), "machine": platform.machine(),
             "flags": [f for f in ISA_FLAGS if f in flags]}
+
+
+def cpu_label(isa: dict[str, Any] | None = None) -> str:
+    """One line naming the CPU for reports and messages: ``"AMD EPYC (x86_64; avx2, fma)"``, from :func:`cpu_isa`
+    (or the ``isa`` given, e.g. one recorded on another machine)."""
+    isa = cpu_isa() if isa is None else isa
+    flags = ", ".join(isa.get("flags") or []) or "no listed ISA extensions"
+    return f"{isa.get('model') or 'unknown CPU'} ({isa.get('machine') or '?'}; {flags})"

@@ -14,8 +14,9 @@ DB's map binarization threshold) are chosen first by their objective against FP3
   truth; ``best_f1``: highest F1 against ground truth. Both need labels and at least one positive item.
 
 Searches are exhaustive over a grid (``grid_step``) plus the FP32 (and previous) values; ties go to the
-value closest to FP32, and a value other than FP32's is taken only when a paired bootstrap shows its gain is
-above zero (:func:`quantkit.thresholds.stats.pick_significant`). Every metric is then estimated, with a
+value closest to FP32, and a value other than FP32's is taken only when its gain carries over to images the search
+did not see: an out-of-bag bootstrap of the search itself puts the gain above zero
+(:func:`quantkit.thresholds.stats.pick_significant`). Every metric is then estimated, with a
 bootstrap CI, at the chosen, the FP32 and the previous calibration's thresholds.
 """
 
