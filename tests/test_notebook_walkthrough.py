@@ -33,7 +33,7 @@ print("PROBE" + _json.dumps({
                      "clipping": r.clipping is not None} for site, r in drifts.items()},
     "report": {"decision": model.decision, "verdict": list(model.verdict)},
     "bundle": {"path": str(bundle.path), "record_fingerprint": bundle.record_fingerprint,
-               "checks": [[c.kind, c.name, c.status] for c in verification.checks]},
+               "checks": [[c.kind, c.name, c.status, c.detail] for c in verification.checks]},
 }))
 """
 
@@ -96,12 +96,16 @@ def test_walkthrough_notebook_executes(tmp_path, monkeypatch):
     assert set(json.loads((work / "reports/metrics.json").read_text())["ppocr_det"]) >= {"cam1-day", "cam1-night"}
     # 9) bundle built and verified; the archive, digest and binding checks pass
     assert (work / probe["bundle"]["path"]).is_file() and probe["bundle"]["record_fingerprint"] == rec["fingerprint"]
-    checks = {(k, n): s for k, n, s in probe["bundle"]["checks"]}
+    checks = {(k, n): s for k, n, s, _ in probe["bundle"]["checks"]}
     for key in [("archive", "content digest"), ("digest", "members"), ("binding", "record.json"), ("binding", "thresholds.json"),
                 ("binding", "model_int8.onnx")]:
         assert checks[key] == "pass", key
     # Known product issue (not the notebook's): intake with ort_pre_process (the default) leaves helper opset imports
     # (ai.onnx.preview, ai.onnx.training, ...) that verify's runtime opset check calls unknown, so that one check may
     # fail and stop verification. Any other failure is a regression.
+    # On a CPU where ONNX Runtime computes one of the model's risky patterns differently (uint8 x int8 Conv saturating
+    # on x86 without VNNI), golden outputs and decisions may fail too; verify must then name that pattern as found here.
     failed = {key for key, s in checks.items() if s == "fail"}
-    assert failed <= {("support", "opset")}, failed
+    runtime_differs = [d for k, _, s, d in probe["bundle"]["checks"] if k == "patterns" and " here on " in d]
+    allowed = {("support", "opset")} | ({key for key in failed if key[0] in ("output", "decision", "layer")} if runtime_differs else set())
+    assert failed <= allowed, (failed, runtime_differs)
