@@ -9,6 +9,15 @@ from typing import Any
 
 import pytest
 
+#: files that run longest (minutes), collected first: with ``-n 2 --dist loadfile`` (pyproject's addopts) each
+#: goes to a worker at the start and the other worker runs the rest of the suite meanwhile
+LONGEST_FIRST = ("test_pipeline_e2e.py",)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+
 
 @pytest.fixture
 def model() -> Callable[..., Any]:

@@ -15,7 +15,6 @@ import pytest
 from onnx import TensorProto, helper
 from PIL import Image
 
-from quantkit.calibset.stats import STAT_COLUMNS
 from quantkit.cli.main import main
 from quantkit.drift import DriftConfig, DriftResult, check_drift, null_effects
 from quantkit._io import sha256_file

@@ -54,7 +54,7 @@ def _make_set(root: Path, name: str, seeds: list[int], dark: bool = False, kind:
 
 
 def _quantize(src: Path, sset_dir: Path, out: Path, note: ExportNote) -> None:
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     from quantkit.calibset import CalibrationSet
     from quantkit.calibset.reader import CalibrationSetReader

@@ -404,7 +404,6 @@ def test_derived_ranges_equal_ort_and_are_read_once(tmp_path, cfg, monkeypatch):
     """Ranges of Relu / Clip / scalar Add, Sub (both operand orders), Mul (negative too) and Div outputs are derived
     from their inputs' after the first image (quantize.derive): ORT's one-call calibrator gives the same, bit for
     bit, and the tap model reads those tensors on the first image only."""
-    import onnx
     from test_quantize_fixtures import write_model_intake
 
     from quantkit.quantize import tap as tapmod

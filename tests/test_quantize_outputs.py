@@ -247,3 +247,54 @@ def test_an_output_sharing_its_inputs_scale_is_reported_quantized(tmp_path, cset
     (out,) = CalibrationRecord.load(tmp_path / "q").calibration["outputs"]
     assert out["quantized"] and out["shares"] == "y_intermediate" and out["dtype"] == "uint8"
     assert "not quantized" not in text and "y: uint8 scale" in text and "(shares y_intermediate's parameters)" in text
+
+
+def test_one_checker_child_serves_the_checks_and_a_crash_starts_a_new_one(tmp_path, cset, monkeypatch):
+    """The runtime gate's child process is started once and serves every check; a check during which it dies
+    (ORT 1.32's SIGSEGV on a quantized Mul fed by an empty GatherND) is a one-line refusal, and the next check
+    (quantize's retry with those nodes in float) gets a new child."""
+    from quantkit.quantize import engine
+    from quantkit.quantize import runtime_check as rc
+
+    seen: list[tuple[int | None, str | None]] = []
+    real = rc.check_runs
+
+    def watched(model, **kw):
+        try:
+            real(model, **kw)
+        except TargetSupportError as e:
+            seen.append((rc._CHECKER.proc.pid if rc._CHECKER.proc else None, str(e)))
+            raise
+        seen.append((rc._CHECKER.proc.pid, None))
+
+    monkeypatch.setattr(engine, "check_runs", watched)
+    intake = write_model_intake(variable_shape_model(SIZE), tmp_path / "intake", SIZE)
+    good = write_model_intake(conv_relu_conv_model(SIZE), tmp_path / "good", SIZE)
+    quantize(intake, StaticQuantConfig(), out=tmp_path / "q", calibration_set=cset)
+    (pid_crash, refused), (pid_retry, ok) = seen
+    assert pid_crash is None and pid_retry is not None  # the crashed child is gone; the retry started another
+    assert "crashed with SIGSEGV" in refused and refused.endswith("nothing was written") and ok is None
+    quantize(good, StaticQuantConfig(), out=tmp_path / "q2", calibration_set=cset)
+    assert seen[-1] == (pid_retry, None)  # the same child served the next model
+
+
+def test_checker_child_runs_this_code_from_inside_another_checkout(tmp_path, cset, monkeypatch):
+    """`dvc repro` runs stages in the project folder; when that folder is another checkout of quantkit (a clone
+    of an older commit) the child started with `python -m` must still import the parent's quantkit, not the
+    folder's. Relative model paths are resolved by the parent."""
+    from quantkit.quantize import runtime_check as rc
+
+    other = tmp_path / "checkout" / "quantkit" / "quantize"
+    other.mkdir(parents=True)
+    for d in (other.parent, other):
+        (d / "__init__.py").write_text("")
+    (other / "runtime_check.py").write_text("raise SystemExit('the other checkout was imported')\n")
+    good = write_model_intake(conv_relu_conv_model(SIZE), tmp_path / "checkout" / "good", SIZE)
+    quantize(good, StaticQuantConfig(), out=tmp_path / "checkout" / "q", calibration_set=cset)
+    monkeypatch.chdir(tmp_path / "checkout")
+    checker = rc._Checker()
+    try:
+        assert checker.check("q/model_int8.onnx", "all") is None
+        assert checker.check("q/missing.onnx", "all") is not None
+    finally:
+        checker.close()

@@ -136,7 +136,27 @@ def test_range_search_weighs_dark_images_like_bright_ones():
     assert counts == {"minmax": 0, "p99.9": 1} and chosen["y"][1] < 2
 
 
-def test_fallback_records_each_recovery_step(tmp_path):
+def test_hardswish_written_as_one_hardswish_node():
+    """op="HardSwish": the chain becomes one HardSwish (opset 14) writing the chain's last tensor, so its
+    calibrated range still applies and no new tensor needs a range; below opset 14 it is refused."""
+    m = affine_hardswish_model()
+    x = RNG.normal(0, 1, (1, 3, 8, 8)).astype(np.float32)
+    ref = _run(m, x)
+    with pytest.raises(ValueError, match="opset 14"):
+        hardswish_as_hardsigmoid(m, "HardSwish")
+    plain = _model([helper.make_node("Relu", ["x"], ["y"], name="relu")], [], [1, 3, 8, 8])
+    assert hardswish_as_hardsigmoid(plain, "HardSwish") == []  # nothing to rewrite: no opset needed
+    m.opset_import[0].version = 14
+    fold_conv_affine(m)
+    assert hardswish_as_hardsigmoid(m, "HardSwish") == ["mul_hs_HardSwish"]
+    onnx.checker.check_model(m)
+    assert [n.op_type for n in m.graph.node] == ["Conv", "HardSwish", "Conv"] and m.graph.node[1].output[0] == "hs"
+    np.testing.assert_allclose(_run(m, x), ref, rtol=1e-5, atol=1e-5)
+    assert new_ranges(m, {"ha": (-6.0, 1.5)}) == {}
+
+
+def _fallback_base(tmp_path):
+    """(intake, calibration set) of :func:`affine_hardswish_model` at 16x16, its all-8-bit model in ``tmp_path/base``."""
     m = affine_hardswish_model()
     for d in m.graph.input[0].type.tensor_type.shape.dim[2:]:
         d.dim_value = 16
@@ -144,6 +164,29 @@ def test_fallback_records_each_recovery_step(tmp_path):
     intake = _write_intake(m, tmp_path / "intake", 16)
     cset = make_set(tmp_path / "set", 3, size=24)
     quantize(intake, StaticQuantConfig(per_channel=True), out=tmp_path / "base", calibration_set=cset)
+    return intake, cset
+
+
+def test_fallback_with_hardswish_raises_the_opset_and_records_it(tmp_path):
+    """fold_affine with hardswish_op HardSwish on an opset-13 model: raised to 14 by onnx's version converter,
+    recorded in the step; the quantized model loads in ONNX Runtime and keeps HardSwish (in float) and no Div."""
+    intake, cset = _fallback_base(tmp_path)
+    config = FallbackConfig.from_dict({"target": 0.5, "latency": {"threads": [1], "repeats": 3, "warmup": 0},
+                                       "recovery": {"fold_affine": True, "hardswish_op": "HardSwish"}})
+    r = precision_fallback(intake, config, reference_sets=[cset], out=tmp_path / "fb", base=tmp_path / "base", calibration_set=cset)
+    detail = r.recovery[0].detail
+    assert detail["hardswish_rewritten"] == 1 and detail["hardswish_op"] == "HardSwish" and detail["opset_raised"] == "13 -> 14"
+    q = onnx.load(str(tmp_path / "fb" / "model_int8.onnx"))
+    ops = {n.op_type for n in q.graph.node}
+    assert "HardSwish" in ops and not ops & {"HardSigmoid", "Div", "Clip"}
+    assert next(o.version for o in q.opset_import if o.domain in ("", "ai.onnx")) >= 14
+    ort.InferenceSession(str(tmp_path / "fb" / "model_int8.onnx"), providers=["CPUExecutionProvider"])
+    with pytest.raises(Exception, match="hardswish_op"):
+        FallbackConfig.from_dict({"recovery": {"hardswish_op": "Swish"}})
+
+
+def test_fallback_records_each_recovery_step(tmp_path):
+    intake, cset = _fallback_base(tmp_path)
     config = FallbackConfig.from_dict({"target": 0.5, "latency": {"threads": [1], "repeats": 3, "warmup": 0},
                                        "recovery": {"fold_affine": True, "equalization": True, "adaround": True, "adaround_iterations": 20,
                                                                     "range_search": True, "bias_correction": True, "images": 2}})

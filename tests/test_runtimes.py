@@ -126,6 +126,54 @@ def test_openvino_runs_in_f32_when_quantkit_runs_it():
         assert float(np.max(np.abs(y16 - ref))) > 1e-3 * float(np.max(np.abs(ref)))
 
 
+@needs_openvino
+def test_openvino_compiles_a_model_once_per_configuration(tmp_path, monkeypatch):
+    """verify activates the same file several times: the second activation reuses the compiled model (same
+    numbers, own infer request); another thread count, other exposed outputs or changed bytes compile again."""
+    from quantkit.runtimes import openvino as ovmod
+
+    ovmod.clear_compiled_cache()
+    compiles: list[dict] = []
+    real = ovmod._core().compile_model
+    monkeypatch.setattr(ovmod.OpenVinoRuntime, "_compile", lambda self, perf_count=False: compiles.append(self._config(perf_count)) or real(self.ov_model, self.device, self._config(perf_count)))
+    path = tmp_path / "m.onnx"
+    onnx.save(_float_model(), str(path))
+    with make_runtime("openvino", path) as a, make_runtime("openvino", path) as b:
+        assert a.compiled is b.compiled and a.request is not b.request
+        np.testing.assert_array_equal(a.infer(FEED)["y"], b.infer(FEED)["y"])
+    assert len(compiles) == 1
+    with make_runtime("openvino", path, num_threads=1):
+        pass
+    with make_runtime("openvino", path, outputs=["c"]) as c:
+        assert set(c.infer(FEED)) == {"y", "c"}
+    assert len(compiles) == 3
+    changed = _float_model()
+    changed.graph.initializer[0].raw_data = numpy_helper.from_array(np.zeros((16, 8, 3, 3), np.float32)).raw_data
+    onnx.save(changed, str(path))
+    with make_runtime("openvino", path) as d:
+        assert float(np.abs(d.infer(FEED)["y"]).max()) == 0.0
+    assert len(compiles) == 4
+    for i in range(ovmod.COMPILED_CACHE_SIZE + 2):  # bounded: old entries are dropped
+        with make_runtime("openvino", path, num_threads=i + 2):
+            pass
+    assert len(ovmod._COMPILED) == ovmod.COMPILED_CACHE_SIZE
+    ovmod.clear_compiled_cache()
+    one_shot = make_runtime("openvino", path)  # a one-shot model (a cut model, a pattern case) does not fill the cache
+    one_shot.cache_compiled = False
+    with one_shot:
+        pass
+    assert not ovmod._COMPILED
+    with make_runtime("openvino", path):
+        pass
+    again = make_runtime("openvino", path)  # ... but uses what is cached
+    again.cache_compiled = False
+    n = len(compiles)
+    with again:
+        pass
+    assert len(compiles) == n and len(ovmod._COMPILED) == 1
+    ovmod.clear_compiled_cache()
+
+
 class _NumpyReference(Runtime):
     """A third-party plug-in: ONNX's reference evaluator behind the same interface (for this test only)."""
 

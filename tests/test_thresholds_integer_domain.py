@@ -50,7 +50,6 @@ def test_never_and_always_fire():
 
 @pytest.mark.parametrize("dtype", ["uint8", "int8", "uint16", "int16"])
 def test_quantize_linear_agrees_with_onnxruntime(dtype):
-    import onnx
     import onnxruntime as ort
     from onnx import TensorProto, helper
 

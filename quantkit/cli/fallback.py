@@ -102,7 +102,8 @@ def render(r: Any, out: str) -> str:
     """The human summary of a :class:`~quantkit.quantize.fallback.FallbackResult`."""
     lines = [f"wrote {out}/model_int8.onnx, record.json and fallback.json ({r.search}, {r.strategy})",
              f"{r.metric} vs FP32, worst reference set: {r.metric_before:.4f} -> {r.metric_after:.4f}, target {r.target}: "
-             f"{'met' if r.met else 'NOT met'} after {len(r.rounds)} rounds ({r.seconds.get('search', 0):.0f} s)"]
+             f"{'met' if r.met else 'NOT met'} after {len(r.rounds)} rounds"
+             + (f" ({r.seconds['search']:.0f} s search)" if 'search' in r.seconds else "")]
     lines += [f"  {name:<24} {before:.4f} -> {r.metric_after_per_set.get(name, float('nan')):.4f}" for name, before in r.metric_before_per_set.items()]
     for s in r.recovery:
         lines.append(f"recovery {s.name}: {', '.join(f'{k} {v}' for k, v in s.detail.items() if not isinstance(v, (list, dict)))}"

@@ -150,6 +150,7 @@ def run_pattern(pattern: Pattern, variant: RuntimeVariant, tolerance_steps: floa
         case = dataclasses.replace(case, feed=feed)
     ref = reference_output(case.model, case.feed) if reference is None else reference
     rt = make_runtime(variant.runtime, case.model, name=pattern.name, **dict(variant.options))
+    rt.cache_compiled = False  # a pattern case runs once
     version = type(rt).version()
     try:
         with rt:

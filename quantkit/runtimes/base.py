@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
-from ..errors import ModelError
+from ..errors import ConfigError, ModelError
 
 #: numpy dtype name -> the short precision names runtimes print (OpenVINO's element type names).
 PRECISION_NAMES = {"float32": "f32", "float": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64",
@@ -116,6 +116,20 @@ class SupportProbe:
     issues: tuple[NodeIssue, ...]
     how: str
     run_error: str = ""
+
+
+def env_threads(default: int) -> int:
+    """The thread count ``QUANTKIT_THREADS`` pins (it overrides every runtime's own), else ``default``.
+
+    Raises:
+        ConfigError: ``QUANTKIT_THREADS`` is set to something other than a non-negative integer.
+    """
+    raw = os.environ.get("QUANTKIT_THREADS", "").strip()
+    if not raw:
+        return int(default)
+    if not raw.isdigit():
+        raise ConfigError(f"QUANTKIT_THREADS={raw!r}: not a thread count; set a whole number (0 = the runtime chooses) or unset it")
+    return int(raw)
 
 
 def first_line(e: BaseException | str) -> str:
@@ -211,6 +225,10 @@ class Runtime:
         self.name = name or src_name
         self.is_active = False
         self.inference_times: list[float] = []
+        #: a runtime that keeps compiled models for reuse in this process (OpenVINO) does not add this one to its
+        #: cache when False (a cached one is still used): set it for one-shot models (localization's cut models,
+        #: pattern cases) so they do not evict the ones a command activates again
+        self.cache_compiled = True
 
     # -- lifecycle (Polygraphy's shape) ---------------------------------------------------------------
     def activate(self) -> "Runtime":

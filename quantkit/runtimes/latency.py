@@ -2,7 +2,7 @@
 
 A loaded machine slows every model it runs, so comparing two models timed one after the other says more
 about the load than about the models. Here every repeat runs each model once on the same input, in a
-rotating order, and the medians of those runs are compared (the same design as ``farm-bench --vs``).
+rotating order, and the medians of those runs are compared, pair by pair.
 ONNX Runtime sessions are timed with ``session.intra_op.allow_spinning = 0``: several sessions take turns on the
 same cores here, and a spinning idle session would slow the timed one (see ``_ort``); a deployed model runs alone
 with spinning on, which one session alone measured about 10% faster at 2 threads, for FP32 and INT8 alike.
@@ -159,7 +159,7 @@ def measure_latency(models: Mapping[str, Any], feeds: Sequence[Mapping[str, np.n
     ``config`` but absent raises :class:`ConfigError`. ``QUANTKIT_THREADS`` must not be set (it would
     override every thread count: :class:`quantkit.runner.OrtRunner`).
     """
-    if "QUANTKIT_THREADS" in os.environ:
+    if os.environ.get("QUANTKIT_THREADS", "").strip():
         raise ConfigError("QUANTKIT_THREADS is set: it overrides the thread counts latency is measured at; unset it")
     table = dict(factories or RUNTIMES)
     out: list[Timing] = []

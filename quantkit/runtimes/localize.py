@@ -320,6 +320,8 @@ def bound_target(runtime: str, feed: Mapping[str, np.ndarray], **options: Any) -
     """A :data:`Target` running each (cut) model once on ``runtime`` with ``options`` and ``feed``."""
     def run(model: Any, outputs: Sequence[str]) -> dict[str, np.ndarray]:
         names = {i.name for i in model.graph.input}
-        with make_runtime(runtime, model, name=f"{runtime} cut", **options) as rt:
+        rt = make_runtime(runtime, model, name=f"{runtime} cut", **options)
+        rt.cache_compiled = False  # each cut model runs once
+        with rt:
             return rt.infer({k: v for k, v in feed.items() if k in names}, list(outputs))
     return run

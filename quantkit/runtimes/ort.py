@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import re
 import tempfile
 from pathlib import Path
@@ -26,7 +25,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import ConfigError, ModelError
-from .base import PRECISION_NAMES, NodeIssue, NodePrecision, Runtime, RuntimeInfo, SupportProbe, as_model_bytes, first_line
+from .base import PRECISION_NAMES, NodeIssue, NodePrecision, Runtime, RuntimeInfo, SupportProbe, as_model_bytes, env_threads, first_line
 
 LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
 DEPLOYMENT_LEVEL = "all"
@@ -66,7 +65,7 @@ class OrtRuntime(Runtime):
             raise ConfigError(f"graph_optimization_level: {graph_optimization_level!r} is not one of {', '.join(LEVELS)}")
         self.providers = tuple(providers)
         self.graph_optimization_level = graph_optimization_level
-        self.intra_op_num_threads = int(os.environ.get("QUANTKIT_THREADS", intra_op_num_threads))
+        self.intra_op_num_threads = env_threads(intra_op_num_threads)
         self.session: Any = None
         self.load_error = ""
 

@@ -86,13 +86,33 @@ def _fold(out: Recovered, rc: RecoveryConfig, images: Sequence[np.ndarray], inpu
 
     n0 = len(out.model.graph.node)
     affine = fold_conv_affine(out.model)
-    hswish = hardswish_as_hardsigmoid(out.model)
+    opset = _raise_opset_for(out, rc.hardswish_op)
+    hswish = hardswish_as_hardsigmoid(out.model, rc.hardswish_op)
     ahead = fold_affine_into_next_conv(out.model)
     ranges = dict(out.record.calibrated_ranges)
     added = new_ranges(out.model, ranges)
     out.record = dataclasses.replace(out.record, calibrated_ranges={**ranges, **added})
     return {"affine_nodes_folded": len(affine), "affine_nodes_folded_ahead": len(ahead), "hardswish_rewritten": len(hswish),
+            "hardswish_op": rc.hardswish_op, **({"opset_raised": opset} if opset else {}),
             "nodes_before": n0, "nodes_after": len(out.model.graph.node)}
+
+
+def _raise_opset_for(out: Recovered, op: str) -> str:
+    """Raise the model to ONNX opset 14 (``onnx.version_converter``) when ``op`` is ``HardSwish``, the model imports
+    a lower opset and has a hard-swish chain to rewrite; ``"13 -> 14"`` then, else ``""``."""
+    from onnx import version_converter
+
+    from .fold import _consumers, _match_hardswish, _opset
+
+    before = _opset(out.model)
+    if op != "HardSwish" or before >= 14:
+        return ""
+    inits = {i.name: i for i in out.model.graph.initializer}
+    cons = _consumers(out.model.graph)
+    if not any(_match_hardswish(n, inits, cons) for n in out.model.graph.node):
+        return ""
+    out.model.CopyFrom(version_converter.convert_version(out.model, 14))  # in place: out.exact may be the same object
+    return f"{before} -> 14"
 
 
 def _equalize(out: Recovered, rc: RecoveryConfig, images: Sequence[np.ndarray], input_name: str) -> dict[str, Any]:

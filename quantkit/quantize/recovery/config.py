@@ -7,7 +7,7 @@ of the all-8-bit model before and after it (``fallback.json: recovery``).
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from ...config import Config
 from ...errors import ConfigError
@@ -23,6 +23,12 @@ class RecoveryConfig(Config):
             hard-swish written as ``Add(3) -> Clip(0, 6) -> Mul -> Div(6)`` as ``x * HardSigmoid(x)``
             (:mod:`.fold`; the float model's outputs change by float rounding only): fewer quantized
             tensors (fewer rounding steps) and fewer element-wise kernels at run time.
+        hardswish_op: what ``fold_affine`` writes a hard-swish chain as: ``HardSigmoid`` (``x * HardSigmoid(x)``,
+            any opset) or ``HardSwish`` (one node; the model's ONNX opset is raised to 14 with onnx's version
+            converter when lower). Choose by target runtime: OpenVINO's CPU plugin runs ``HardSigmoid`` with a
+            reference kernel and a layout reorder on each side (the PP-OCR detector's candidate: 127 ms with
+            ``HardSigmoid``, 32 ms with ``HardSwish`` at 1 thread), ONNX Runtime runs both at the same speed; a
+            target whose operator list lacks one (``quantkit support --target``) needs the other.
         equalization: cross-layer equalization of ``Conv -> [Relu] -> Conv`` pairs (Nagel et al. 2019,
             "Data-Free Quantization Through Weight Equalization and Bias Correction", sec. 4.1; :mod:`.equalize`);
             the rescaled tensors between the layers get min-max ranges over ``images`` calibration images.
@@ -43,6 +49,7 @@ class RecoveryConfig(Config):
     VERSIONED: ClassVar[bool] = False
 
     fold_affine: bool = False
+    hardswish_op: Literal["HardSigmoid", "HardSwish"] = "HardSigmoid"
     equalization: bool = False
     range_search: bool = False
     range_candidates: tuple[str, ...] = ("minmax", "p99.99", "p99.999")
