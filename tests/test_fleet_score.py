@@ -145,3 +145,31 @@ def test_run_info_outside_the_scores_keeps_them_the_same_bytes(fleet, tmp_path):
     fleet_summary = store.group("fleet", "")
     assert fleet_summary.images > 8 and "brightness_mean" in fleet_summary.kll  # merged again from the cameras
     assert 0 < fleet_summary.quantile("brightness_mean", 0.5) < 255
+
+
+def test_scores_are_the_same_bytes_wherever_the_project_is_cloned(fleet, tmp_path, monkeypatch):
+    """summary.json names the image root relative to the scores folder: two clones at paths of different length
+    give the same bytes (an absolute root made every clone's dvc.lock differ), and the store still finds the images."""
+    import shutil
+
+    from quantkit.fleet.manifest import resolve_uri
+
+    outs = []
+    for clone in (tmp_path / "c1", tmp_path / "a-longer-clone-path"):
+        shutil.copytree(fleet["root"] / "images", clone / "fleet" / "images")
+        shutil.copy(fleet["manifest"], clone / "fleet" / "manifest.parquet")
+        monkeypatch.chdir(clone)  # as `dvc repro` runs it: relative paths from the project folder
+        score_fleet("fleet/manifest.parquet", fleet["intake"], fleet["quantized"], fleet["thresholds"], fleet["calibration_set"],
+                    "work/scores", FleetScoreConfig(workers=0, model_every=2, clip_fraction=0.3), run_info=clone / "run.json")
+        out = clone / "work" / "scores"
+        outs.append(out)
+        store = ScoreStore(out)
+        uri = store.camera_rows("a01")["uri"].iloc[0]
+        assert Path(resolve_uri(str(uri), store.manifest_root)).resolve().is_relative_to(clone.resolve())
+        assert Path(resolve_uri(str(uri), store.manifest_root)).is_file()
+    files = [sorted(p.relative_to(o).as_posix() for p in o.rglob("*") if p.is_file()) for o in outs]
+    assert files[0] == files[1] and "summary.json" in files[0]
+    for name in files[0]:  # every file of the DVC output, rows with the error message included
+        assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), name
+    errors = ScoreStore(outs[0]).summary["errors"]["examples"]  # the broken image, named by its URI
+    assert errors and str(tmp_path) not in errors[0]["error"] and errors[0]["uri"] in errors[0]["error"]

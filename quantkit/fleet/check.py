@@ -276,7 +276,7 @@ def check_fleet(scores: str | os.PathLike[str], calibration_set: str | os.PathLi
     sites, fleet = _rollups(store, cameras)
     result = FleetCheck(_verdict(cameras, ranked), bool(ranked), store.primary, tuple(cameras), tuple(c.camera for c in ranked), sites, fleet,
                         cal_info, {"path": str(store.path), "spec_fingerprint": store.summary.get("spec_fingerprint"),
-                                   "models": store.summary.get("models", {}), "manifest_root": str(store.manifest_root)}, cfg.to_dict())
+                                   "models": store.summary.get("models", {}), "manifest_root": str(store.summary["manifest"]["root"])}, cfg.to_dict())
     if truth is not None:
         from .truth import evaluate
 

@@ -264,6 +264,12 @@ def _client(workers: int, scheduler: str | None) -> tuple[Any, Any]:
     return Client(cluster), cluster
 
 
+def _relative_root(root: Path, out: Path) -> str:
+    """The manifest's image root relative to the scores folder ``out`` (POSIX): ``summary.json`` is then the
+    same bytes wherever the project is cloned (an absolute path made every clone's ``dvc.lock`` differ)."""
+    return Path(os.path.relpath(Path(root).resolve(), Path(out).resolve())).as_posix()
+
+
 def score_fleet(manifest_path: str | os.PathLike[str], fp32_dir: str | os.PathLike[str], quantized: str | os.PathLike[str],
                 thresholds: str | os.PathLike[str], calibration_set: str | os.PathLike[str], out: str | os.PathLike[str],
                 config: FleetScoreConfig | None = None, *, scheduler: str | None = None, task: str | None = None,
@@ -357,7 +363,7 @@ def _write_summary(out: Path, manifest: Any, shards: list[ShardPlan], edges: Edg
         site_of[camera] = pairs[0][0]["site"]
     sites = {site: merge_all(cams[c] for c in sorted(cams) if site_of[c] == site) for site in sorted(set(site_of.values()))}
     fleet = merge_all(sites[s] for s in sorted(sites))
-    doc = {"schema_version": SCHEMA_VERSION, "manifest": {"path": str(manifest.path), "root": str(manifest.root), "images": len(manifest)},
+    doc = {"schema_version": SCHEMA_VERSION, "manifest": {"path": str(manifest.path), "root": _relative_root(manifest.root, out), "images": len(manifest)},
            "models": models, "primary": primary, "config": cfg.result_dict(), "edges_fingerprint": edges.fingerprint(),
            "spec_fingerprint": spec.fingerprint, "images": fleet.images, "scored": fleet.scored,
            "errors": {"count": n_err, "examples": sorted(errors, key=lambda e: e["uri"])[:50]},

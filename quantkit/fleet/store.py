@@ -39,7 +39,9 @@ class ScoreStore:
 
     @property
     def manifest_root(self) -> Path:
-        return Path(self.summary["manifest"]["root"])
+        """The folder the manifest's relative image URIs start from (stored relative to this scores folder; an
+        absolute path, as older scores folders hold, is used as it is)."""
+        return self.path / self.summary["manifest"]["root"]
 
     def camera_shards(self, camera: str) -> list[tuple[dict[str, Any], Summary]]:
         """``(identity, summary)`` of each of ``camera``'s shards, sorted by window.
