@@ -67,7 +67,8 @@ def test_fallback_result_is_a_versioned_artifact(tmp_path: Path):
 def test_report_section_names_float_nodes_latency_and_deploy_commands():
     fb = _result()
     work = Path("work/ppocr_det")
-    deploy = candidate.deploy_commands("ppocr_det", work / "quantize/candidate", work / "thresholds/candidate.json", fb)
+    deploy = candidate.deploy_commands("ppocr_det", work / "quantize/candidate", work / "thresholds/candidate.json", fb,
+                                       ["sites/line-3 north", "sites/dock"])
     m = types.SimpleNamespace(fallback=fb, deploy=tuple(deploy))
     md = "\n".join(candidate.markdown(m))
     assert "30 nodes kept in float (1 island, 2 float/8-bit conversions)" in md and "cam1-night 0.930 → 0.970" in md
@@ -75,6 +76,7 @@ def test_report_section_names_float_nodes_latency_and_deploy_commands():
     assert "FP32 140.0 ms, candidate 70.0 ms (2.00× FP32); deployed 91.0 ms, candidate 1.30× the deployed speed" in md
     assert "quantkit bundle work/ppocr_det/quantize/candidate --thresholds work/ppocr_det/thresholds/candidate.json" in md
     assert "--golden reference_sets/cam1-day" in md and "--out dist/ppocr_det-candidate" in md
+    assert "--site-set 'sites/line-3 north' --site-set sites/dock --params" in md and "cam2-day" not in deploy[1]  # the report's sites
     hidden = "\n".join(candidate.markdown(m, show_latency=False))
     assert "140.0" not in hidden and "report.candidate_latency: false" in hidden
     slow = _result(slower_than_fp32=("onnxruntime@1",))

@@ -238,11 +238,15 @@ def build_model_report(inputs: ModelInputs, cfg: ReportConfig) -> ModelReport:
     primary = summary.metric(summary.primary_metric)
     decision, lines = verdict(sites, primary, summary.item, dep_rec.set_name, cand[0].set_name if cand else None, cfg, same_calibration=same)
     fallback = _fallback(inputs.candidate) if inputs.candidate else None
-    deploy = tuple(deploy_commands(inputs.name, inputs.candidate, inputs.candidate_thresholds, fallback)) \
+    site_paths = [s.images_dir.as_posix() if s.images_dir else f"site_sets/{s.name}" for s in sites]
+    deploy = tuple(deploy_commands(inputs.name, inputs.candidate, inputs.candidate_thresholds, fallback, site_paths)) \
         if fallback is not None and inputs.candidate is not None and inputs.candidate_thresholds is not None else ()
     if deploy:  # a fallback candidate keeps nodes in float: a new calibration alone would not reproduce it
-        lines = [f"To deploy it: it came from the precision fallback ({len(fallback.kept)} nodes kept in float), so recalibrating the "
-                 f"deployed model on its set would not reproduce it; bundle and verify it: '{deploy[0]}', then '{deploy[1]}'."
+        how = (f"it came from the precision fallback ({len(fallback.kept)} nodes kept in float), so recalibrating the deployed model on "
+               f"its set would not reproduce it" if fallback.kept else
+               "it is the precision fallback's output (every node in 8 bits" + (f", after {', '.join(st.name for st in fallback.recovery)}"
+                                                                               if fallback.recovery else "") + ")")
+        lines = [f"To deploy it: {how}; bundle and verify that file: '{deploy[0]}', then '{deploy[1]}'."
                  if line.startswith("To deploy it: set calibrations.deployed") else line for line in lines]
     provenance = {role: {"record": r.fingerprint, "model_digest": r.model_digest, "quantized_model_digest": r.quantized_model_digest,
                          "calibration_set": r.set_name, "calibration_set_id": r.set_id, "method": r.config.get("method"),

@@ -8,8 +8,9 @@ never a DVC metric), and the commands that deploy it. Plain text lines, shared b
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 MAX_NODES = 24
 """Float nodes listed by name in the report (the rest are counted; ``fallback.json`` lists them all)."""
@@ -54,14 +55,15 @@ def latency_lines(fb: Any, show: bool = True) -> list[str]:
     return lines
 
 
-def deploy_commands(name: str, candidate: Path, thresholds: Path, fb: Any) -> list[str]:
-    """The commands that package and verify the candidate (the pipeline layout ``work/<model>/...``)."""
+def deploy_commands(name: str, candidate: Path, thresholds: Path, fb: Any, site_sets: Sequence[str]) -> list[str]:
+    """The commands that package and verify the candidate (the pipeline layout ``work/<model>/...``): golden
+    outputs from the fallback's first reference set, verification on ``site_sets`` (the report's site set folders)."""
     work = candidate.parent.parent
-    golden = next((s.path for s in fb.reference_sets if s.path), "reference_sets/cam1-day")
+    golden = next((s.path for s in fb.reference_sets if s.path), "reference_sets/<a reference set>")
     dist = f"dist/{name}-candidate"
+    sites = "".join(f" --site-set {shlex.quote(s)}" for s in site_sets)
     return [f"quantkit bundle {candidate} --thresholds {thresholds} --fp32 {work / 'intake'} --golden {golden} --params params.yaml --out {dist}",
-            f"quantkit verify {dist} --fp32 {work / 'intake'} --site-set site_sets/cam1-day --site-set site_sets/cam1-night "
-            f"--site-set site_sets/cam2-day --params params.yaml --out {work / 'verify-candidate.json'}"]
+            f"quantkit verify {dist} --fp32 {work / 'intake'}{sites} --params params.yaml --out {work / 'verify-candidate.json'}"]
 
 
 def section(m: Any, show_latency: bool = True) -> dict[str, list[str]]:
