@@ -174,6 +174,18 @@ def test_openvino_compiles_a_model_once_per_configuration(tmp_path, monkeypatch)
     ovmod.clear_compiled_cache()
 
 
+def test_quantkit_threads_pins_every_runtime_and_a_bad_value_is_a_config_error(monkeypatch):
+    from quantkit.runtimes.base import env_threads
+
+    monkeypatch.setenv("QUANTKIT_THREADS", "")
+    assert env_threads(3) == 3  # set but empty: unset
+    monkeypatch.setenv("QUANTKIT_THREADS", " 1 ")
+    assert env_threads(3) == 1 and make_runtime("onnxruntime", _float_model()).intra_op_num_threads == 1
+    monkeypatch.setenv("QUANTKIT_THREADS", "two")
+    with pytest.raises(ConfigError, match="QUANTKIT_THREADS='two'"):
+        make_runtime("onnxruntime", _float_model())
+
+
 class _NumpyReference(Runtime):
     """A third-party plug-in: ONNX's reference evaluator behind the same interface (for this test only)."""
 

@@ -234,7 +234,7 @@ class Scorer:
                 log.warning("fleet score: %s", msg if path in msg else f"{path}: {msg}")
                 cols = {**{c: None for c in STAT_COLUMNS}, **{c: None for c, _ in decisions.COLUMNS}, "scored": False, "clip_rate": None}
                 # stored naming the manifest's URI, not this machine's path: the scores are the same bytes in every clone
-                msg = msg.replace(str(path), uri) if str(path) != uri else msg
+                msg = msg.replace(str(path), uri)
                 base["error"] = msg
                 errors.append({"uri": uri, "error": msg})
             rows.append({**base, **cols})

@@ -98,20 +98,22 @@ def _fold(out: Recovered, rc: RecoveryConfig, images: Sequence[np.ndarray], inpu
 
 
 def _raise_opset_for(out: Recovered, op: str) -> str:
-    """Raise the model to ONNX opset 14 (``onnx.version_converter``) when ``op`` is ``HardSwish``, the model imports
-    a lower opset and has a hard-swish chain to rewrite; ``"13 -> 14"`` then, else ``""``."""
-    from onnx import version_converter
+    """Raise the model to ONNX opset 14 (:func:`quantkit.intake.opset.convert_opset`, onnx's version converter) when
+    ``op`` is ``HardSwish``, the model imports a lower opset and has a hard-swish chain to rewrite; ``"13 -> 14"``
+    then, else ``""``.
 
-    from .fold import _consumers, _match_hardswish, _opset
+    Raises:
+        ModelError: the version converter cannot convert the model (one line naming the opsets).
+    """
+    from ...intake.opset import convert_opset
+    from ...modelio import opset_of
+    from .fold import has_hardswish_chain
 
-    before = _opset(out.model)
-    if op != "HardSwish" or before >= 14:
+    before = opset_of(out.model)
+    if op != "HardSwish" or before >= 14 or not has_hardswish_chain(out.model):
         return ""
-    inits = {i.name: i for i in out.model.graph.initializer}
-    cons = _consumers(out.model.graph)
-    if not any(_match_hardswish(n, inits, cons) for n in out.model.graph.node):
-        return ""
-    out.model.CopyFrom(version_converter.convert_version(out.model, 14))  # in place: out.exact may be the same object
+    converted, _ = convert_opset(out.model, 14, name=out.model.graph.name or "model")
+    out.model.CopyFrom(converted)  # in place: out.exact may be the same object
     return f"{before} -> 14"
 
 

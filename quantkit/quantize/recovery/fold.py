@@ -31,14 +31,12 @@ from typing import Any
 
 import numpy as np
 
+from ...modelio import opset_of
+
 #: Suffix of the tensors :func:`hardswish_as_hardsigmoid` creates (``<Add output>_hsig``).
 HSIG_SUFFIX = "_hsig"
 #: What :func:`hardswish_as_hardsigmoid` can write a hard-swish chain as.
 HARDSWISH_OPS = ("HardSigmoid", "HardSwish")
-
-
-def _opset(model: Any) -> int:
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
 
 
 def _consumers(graph: Any) -> dict[str, list[Any]]:
@@ -223,6 +221,23 @@ def _match_hardswish(add: Any, inits: Mapping[str, Any], cons: Mapping[str, list
     return x, [add, clip, mul, last]
 
 
+def _next_hardswish(g: Any) -> tuple[str, list[Any]] | None:
+    """The first hard-swish chain of graph ``g`` that can be rewritten (no intermediate tensor is a graph output)."""
+    outputs = {o.name for o in g.output}
+    inits = {i.name: i for i in g.initializer}
+    cons = _consumers(g)
+    for n in g.node:
+        m = _match_hardswish(n, inits, cons)
+        if m is not None and not any(o in outputs for node in m[1][:-1] for o in node.output):
+            return m
+    return None
+
+
+def has_hardswish_chain(model: Any) -> bool:
+    """Whether :func:`hardswish_as_hardsigmoid` would rewrite anything in ``model`` (``onnx.ModelProto``)."""
+    return _next_hardswish(model.graph) is not None
+
+
 def hardswish_as_hardsigmoid(model: Any, op: str = "HardSigmoid") -> list[str]:
     """Rewrite decomposed hard-swish chains as ``Mul(x, HardSigmoid(x))`` (``op="HardSigmoid"``) or as one
     ``HardSwish(x)`` (``op="HardSwish"``; ONNX opset 14, which the model must import), in place.
@@ -239,21 +254,10 @@ def hardswish_as_hardsigmoid(model: Any, op: str = "HardSigmoid") -> list[str]:
     from onnx import helper
 
     g = model.graph
-    outputs = {o.name for o in g.output}
     made: list[str] = []
-    while True:
-        inits = {i.name: i for i in g.initializer}
-        cons = _consumers(g)
-        hit = None
-        for n in g.node:
-            m = _match_hardswish(n, inits, cons)
-            if m is not None and not any(o in outputs for node in m[1][:-1] for o in node.output):
-                hit = m
-                break
-        if hit is None:
-            break
-        if op == "HardSwish" and _opset(model) < 14:
-            raise ValueError(f"HardSwish needs ONNX opset 14; the model imports {_opset(model)} (raise it with onnx.version_converter)")
+    while (hit := _next_hardswish(g)) is not None:
+        if op == "HardSwish" and opset_of(model) < 14:
+            raise ValueError(f"HardSwish needs ONNX opset 14; the model imports {opset_of(model)} (raise it with onnx.version_converter)")
         x, (add, clip, mul, last) = hit
         at = list(g.node).index(add)
         for node in (add, clip, mul, last):
@@ -297,4 +301,5 @@ def prune_initializers(model: Any) -> None:
     g.value_info.extend(vi)
 
 
-__all__ = ["HSIG_SUFFIX", "fold_affine_into_next_conv", "fold_conv_affine", "hardswish_as_hardsigmoid", "new_ranges", "prune_initializers"]
+__all__ = ["HARDSWISH_OPS", "HSIG_SUFFIX", "fold_affine_into_next_conv", "fold_conv_affine", "hardswish_as_hardsigmoid", "has_hardswish_chain", "new_ranges",
+           "prune_initializers"]
