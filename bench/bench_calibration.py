@@ -15,7 +15,11 @@ one intra-op thread per core) over the same N images in its own subprocess, so t
 
 * ``forward_s_per_image``: the median over this N's forward runs; ``calibration_vs_forward`` (quantkit's
   calibration step per image / a forward pass per image) and ``quantize_vs_forward`` (the whole quantization
-  per image, quantizer and checks included) -- issue 16's "calibration at the cost of a forward pass".
+  per image, quantizer and checks included) -- issue 16's "calibration at the cost of a forward pass";
+  ``calibration_vs_forward_before``: each run against the forward pass run just before it.
+* ``--repeats R``: every configuration runs R times, in turn with the others; each figure is the median over
+  its runs (``runs`` keeps them).
+* ``--impl quantkit-optimized``: quantkit with ``calibration_graph: optimized`` (ORT's ``all`` level).
 
 ORT's histogram methods are skipped for N above ``--ort-max-n`` (they hold every activation of every
 image; MinMax keeps only reduced values and always runs).
@@ -23,10 +27,10 @@ image; MinMax keeps only reduced values and always runs).
 Usage::
 
     python bench/bench_calibration.py --size 640 --n 8 32 --methods minmax percentile entropy \\
-        [--set DIR] [--intake DIR] [--impl quantkit ort] [--chunk 1] [--eval-images 4]
+        [--set DIR] [--intake DIR] [--impl quantkit quantkit-optimized ort] [--chunk 1] [--eval-images 4] [--repeats 1]
 
     # issue 16's goal, quantkit only, on the demo set (64 images at 640x640):
-    python bench/bench_calibration.py --size 640 --n 64 --impl quantkit --methods minmax percentile entropy
+    python bench/bench_calibration.py --size 640 --n 64 --impl quantkit quantkit-optimized --methods minmax percentile entropy --repeats 3
 
 Without ``--intake`` the embedded PP-OCR detector is prepared at ``--size`` (opset 13, fixed shape);
 without ``--set`` the demo's calibration set ``calibration_sets/cam1-day`` (64 images) is used, its images
@@ -155,11 +159,12 @@ def _worker(a: argparse.Namespace) -> None:
     logging.disable(logging.WARNING)
     cset = CalibrationSet.load(a.set)
     pre = ExportNote.load(Path(a.intake) / "export_note.json").preprocessing
-    cfg = StaticQuantConfig(method=a.method, per_channel=True, max_images=a.n, calibration_chunk_size=a.chunk)
+    cfg = StaticQuantConfig(method=a.method, per_channel=True, max_images=a.n, calibration_chunk_size=a.chunk,
+                            calibration_graph="optimized" if a.impl == "quantkit-optimized" else "exact")
     out = Path(a.out)
     calib_s: list[float] = []
     t0 = time.perf_counter()
-    if a.impl == "quantkit":
+    if a.impl.startswith("quantkit"):
         from quantkit.quantize import engine
 
         def timed(*args: Any, **kw: Any) -> Any:  # the calibration step's own wall time
@@ -220,10 +225,11 @@ def main() -> None:
     p.add_argument("--size", type=int, default=640)
     p.add_argument("--n", type=int, nargs="+", default=[8, 32])
     p.add_argument("--methods", nargs="+", default=["minmax", "percentile", "entropy"])
-    p.add_argument("--impl", nargs="+", default=["quantkit", "ort"], choices=["quantkit", "ort"],
+    p.add_argument("--impl", nargs="+", default=["quantkit", "ort"], choices=["quantkit", "quantkit-optimized", "ort"],
                    help="implementations to time (a forward pass is always timed before each)")
     p.add_argument("--ort-max-n", type=int, default=8, help="skip ORT's quantize_static above this N (memory)")
     p.add_argument("--chunk", type=int, default=1, help="quantkit calibration_chunk_size")
+    p.add_argument("--repeats", type=int, default=1, help="runs of every configuration, in turn; medians reported (each run kept)")
     p.add_argument("--eval-images", type=int, default=4)
     p.add_argument("--thresh", type=float, default=0.3)
     p.add_argument("--set")
@@ -242,19 +248,31 @@ def main() -> None:
         tmp = Path(tmp_s)
         intake = Path(a.intake) if a.intake else _prepare_intake(tmp / "intake", a.size)
         cset = Path(a.set) if a.set else _default_set(tmp / "set", max(a.n), a.size)
-        results, forwards = [], {}
-        for n in a.n:
-            for method in a.methods:
-                for impl in a.impl:
-                    row = {"impl": impl, "method": method, "n": n, "size": a.size, "chunk": a.chunk if impl == "quantkit" else None}
-                    if impl == "ort" and method != "minmax" and n > a.ort_max_n:
-                        results.append({**row, "skipped": f"N > --ort-max-n {a.ort_max_n} (holds all activations)"})
-                        continue
-                    fw = _child(tmp, "forward", method, n, a, cset, intake)  # interleaved: a forward pass before each method
-                    if "forward_s_per_image" in fw:
-                        forwards.setdefault(n, []).append(fw)
-                    results.append({**row, **_child(tmp, impl, method, n, a, cset, intake)})
-                    print(json.dumps(results[-1]), file=sys.stderr)
+        results, forwards, runs = [], {}, {}
+        for rep in range(a.repeats):
+            for n in a.n:
+                for method in a.methods:
+                    for impl in a.impl:
+                        row = {"impl": impl, "method": method, "n": n, "size": a.size, "chunk": a.chunk if impl.startswith("quantkit") else None}
+                        if impl == "ort" and method != "minmax" and n > a.ort_max_n:
+                            if rep == 0:
+                                results.append({**row, "skipped": f"N > --ort-max-n {a.ort_max_n} (holds all activations)"})
+                            continue
+                        fw = _child(tmp, "forward", method, n, a, cset, intake)  # interleaved: a forward pass before each method
+                        if "forward_s_per_image" in fw:
+                            forwards.setdefault(n, []).append(fw)
+                        got = _child(tmp, impl, method, n, a, cset, intake)
+                        if got.get("calibration_seconds_per_image") and "forward_s_per_image" in fw:  # against the pass just before it
+                            got["calibration_vs_forward_before"] = round(got["calibration_seconds_per_image"] / fw["forward_s_per_image"], 3)
+                        print(json.dumps({**row, **got}), file=sys.stderr)
+                        runs.setdefault((impl, method, n), (row, []))[1].append(got)
+        for row, got in runs.values():  # medians over the repeats, each run kept
+            ok = [g for g in got if "seconds" in g]
+            if not ok:
+                results.append({**row, **got[-1]})
+                continue
+            med = {k: float(np.median([g[k] for g in ok])) for k in ok[0] if isinstance(ok[0][k], (int, float)) and all(g.get(k) is not None for g in ok)}
+            results.append({**row, **ok[0], **{k: round(v, 4) for k, v in med.items()}, "runs": ok if len(ok) > 1 else None})
         for n, runs in forwards.items():  # each quantization against a forward pass over the same images, from this run
             fwd = float(np.median([f["forward_s_per_image"] for f in runs]))
             for r in results:

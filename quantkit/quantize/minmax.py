@@ -3,13 +3,17 @@
 ORT's calibrator adds ``ReduceMin`` / ``ReduceMax`` (``keepdims=1``, then ``Reshape([-1])``) after every
 calibrated tensor and runs that model once per image; ``compute_data`` then takes ``np.nanmin`` of the
 per-image minima and ``np.nanmax`` of the maxima (``moving_average``: ``np.nanmean`` of both), and makes the
-pair symmetric with ``np.nanmax([|min|, |max|])`` when asked. :class:`MinMaxState` reads the same tensors
-(marked as outputs of the model, :mod:`quantkit.quantize.tap`) and reduces them in numpy, block by block so
-that the minimum and the maximum of a block are taken while it is in cache. Minimum and maximum are exact
-operations, so the ranges equal ORT's bit for bit (tests compare them), with two documented differences:
+pair symmetric with ``np.nanmax([|min|, |max|])`` when asked. :class:`MinMaxState` folds the same per-image
+minima and maxima: on the first image from the tensors themselves (marked as outputs of the model,
+:mod:`quantkit.quantize.tap`), reduced in numpy block by block so that the minimum and the maximum of a block
+are taken while it is in cache; after it from ``ReduceMin`` / ``ReduceMax`` run inside ORT as ORT's calibrator
+runs them (:meth:`MinMaxState.fold_extremes`, :class:`quantkit.quantize.tap.ExtremaSession`). Minimum and
+maximum are exact operations, so the ranges equal ORT's bit for bit (tests compare them), with two documented
+differences:
 
-* NaN: ORT's ``ReduceMin`` keeps a NaN only when it is the tensor's first element (measured, ORT 1.32); here
-  NaNs are always ignored (``np.fmin``), as the histogram calibrators do.
+* NaN: ORT's ``ReduceMin`` gives NaN when the tensor's first element is NaN and may skip values after a NaN
+  elsewhere (measured, ORT 1.32: ``[1, NaN, 5, 0]`` -> 1); here NaNs are ignored (``np.fmin``), as the histogram
+  calibrators do, wherever a reduction or a graph output shows one (:mod:`.calibrate` then reads the image whole).
 * Empty tensors (a data-dependent shape with no element on an image): ORT's reduction gives ``+inf`` /
   ``-inf``, which the ``nanmin`` over images then ignores; here the image adds nothing, the same result. A
   tensor that is empty on every image has no range (:meth:`MinMaxState.extremes` is None).
@@ -108,8 +112,14 @@ class MinMaxState:
         a = np.asarray(arr).reshape(-1)
         if a.size == 0:
             return
-        mn, mx = min_max(a)
-        lo, hi = np.array([mn]), np.array([mx])
+        self.fold_extremes(name, *min_max(a))
+
+    def fold_extremes(self, name: str, mn: Any, mx: Any) -> None:
+        """Fold one image's ``min`` and ``max`` of a tensor (data-dtype scalars or 0-d arrays, NaN-free; a
+        reduction's ``+inf`` / ``-inf`` pair, an empty tensor, adds nothing)."""
+        if mn == np.inf and mx == -np.inf:
+            return
+        lo, hi = np.array([mn]).reshape(1), np.array([mx]).reshape(1)
         if self.moving_average:
             self.lo.setdefault(name, []).append(lo)
             self.hi.setdefault(name, []).append(hi)

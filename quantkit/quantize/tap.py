@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,8 @@ class TapSession:
         model_path: the tap model (``.onnx`` file).
         names: the calibrated tensors, in the order :meth:`run` returns them.
         threads: ORT intra-op threads (0: ORT's default, one per core; ``QUANTKIT_THREADS`` overrides).
+        level: ORT graph optimization level (``disable``: ORT's calibrators'; ``all``: ``calibration_graph:
+            optimized``).
 
     Use as a context manager; :meth:`run` returns arrays valid until the next call.
 
@@ -50,8 +53,8 @@ class TapSession:
         ModelError: ORT cannot load the tap model (one line).
     """
 
-    def __init__(self, model_path: str | os.PathLike[str], names: list[str], *, threads: int = 0) -> None:
-        self.runner = OrtRunner(model_path, graph_optimization_level="disable", intra_op_num_threads=threads,
+    def __init__(self, model_path: str | os.PathLike[str], names: list[str], *, threads: int = 0, level: str = "disable") -> None:
+        self.runner = OrtRunner(model_path, graph_optimization_level=level, intra_op_num_threads=threads,
                                 name=Path(model_path).name)
         self.names = list(names)
         self._input_shapes: dict[str, tuple[int, ...]] | None = None
@@ -121,3 +124,89 @@ class TapSession:
             got = self._binding.get_outputs()
             dyn = {n: got[i].numpy() for i, n in enumerate(self._bound) if n not in self._buffers}
         return [feed[n] if n in self._inputs else (self._buffers[n] if n in self._buffers else dyn[n]) for n in self.names]
+
+
+#: Suffixes of the outputs :func:`write_extrema_model` adds (``<tensor>__qk_min`` / ``<tensor>__qk_max``).
+MIN_SUFFIX, MAX_SUFFIX = "__qk_min", "__qk_max"
+
+
+def write_extrema_model(tap_model: str | os.PathLike[str], names: list[str], full: set[str], dest: str | os.PathLike[str],
+                        graph_outputs: Sequence[str] = ()) -> tuple[list[str], list[str]]:
+    """Write ``dest``: the tap model whose outputs are, for each float32 tensor of ``names`` not in ``full`` nor
+    ``graph_outputs``, its
+    ``ReduceMin`` and ``ReduceMax`` over every element (``keepdims=0``: a 0-d float32); every other tensor of
+    ``names`` (``full``, another dtype, or a graph input) whole; then the ``graph_outputs`` not among them, whole.
+    ORT's ``MinMaxCalibrater`` adds the same reductions (``keepdims=1``; the value is the same). Returns
+    ``(reduced, whole)``: the reduced names, and the names output whole in output order (``graph_outputs`` last).
+
+    The reductions run inside the session while each tensor is in cache, and no tensor leaves it: for the
+    PP-OCR detector at 640x640, the 139 tensors calibration still reads after the first image (262 MB per image
+    read out whole) become 278 numbers.
+    """
+    import onnx
+    from onnx import TensorProto, helper
+
+    m = onnx.load(str(tap_model))
+    g = m.graph
+    declared = {o.name: o for o in g.output}
+    inputs = {i.name for i in g.input}
+    reduced = [n for n in names if n not in full and n not in inputs and n not in set(graph_outputs) and n in declared
+               and declared[n].type.tensor_type.elem_type == TensorProto.FLOAT]
+    whole = [n for n in names if n not in set(reduced)]
+    whole += [n for n in graph_outputs if n not in set(whole) and n in declared]
+    del g.output[:]
+    g.output.extend([declared[n] for n in whole if n in declared])
+    for n in reduced:
+        for op, suffix in (("ReduceMin", MIN_SUFFIX), ("ReduceMax", MAX_SUFFIX)):
+            g.node.append(helper.make_node(op, [n], [n + suffix], name=n + suffix, keepdims=0))
+            g.output.append(helper.make_tensor_value_info(n + suffix, TensorProto.FLOAT, []))
+    onnx.save(m, str(dest))
+    return reduced, whole
+
+
+class ExtremaSession:
+    """Runs the extrema model (:func:`write_extrema_model`): per calibrated tensor either its ``(min, max)`` over
+    one inference or the tensor itself, and the graph outputs whole.
+
+    Args:
+        tap_model: the tap model (``.onnx``); the extrema model is written beside it.
+        names: the calibrated tensors to read.
+        full: tensors wanted whole (e.g. the graph outputs whose channels are measured).
+        graph_outputs: the model's own outputs, read whole as well (to see a NaN that reached them).
+        threads: ORT intra-op threads (0: one per core; ``QUANTKIT_THREADS`` overrides).
+        level: ORT graph optimization level, as :class:`TapSession`'s.
+
+    :meth:`run` returns ``(extremes, whole)``: ``{tensor: (min, max)}`` as float32 0-d arrays, and
+    ``{tensor: array}`` for the tensors read whole. At level ``disable`` every reduction sees the values ORT's
+    calibrator reads, and a minimum or maximum is an exact operation: the ranges equal ORT's bit for bit.
+    NaN (ORT 1.32, measured): ``ReduceMin`` gives NaN when the first element is NaN and otherwise may skip
+    values after a NaN (``[1, NaN, 5, 0]`` -> 1); ``+inf`` / ``-inf`` for an empty tensor.
+
+    Raises:
+        ModelError: ORT cannot load the model (one line).
+    """
+
+    def __init__(self, tap_model: str | os.PathLike[str], names: list[str], *, full: set[str] = frozenset(),  # type: ignore[assignment]
+                 graph_outputs: Sequence[str] = (), threads: int = 0, level: str = "disable") -> None:
+        path = Path(tap_model).with_name("extrema_model.onnx")
+        self.reduced, self.whole = write_extrema_model(tap_model, names, set(full), path, graph_outputs)
+        self.tap = TapSession(path, list(self.whole), threads=threads, level=level)
+        self.outputs = [n + s for n in self.reduced for s in (MIN_SUFFIX, MAX_SUFFIX)]
+        self.tap.names = self.whole + self.outputs
+
+    def __enter__(self) -> ExtremaSession:
+        self.tap.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.tap.__exit__(*exc)
+
+    @property
+    def dynamic_names(self) -> set[str]:
+        return self.tap.dynamic_names
+
+    def run(self, feed: dict[str, np.ndarray]) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], dict[str, np.ndarray]]:
+        outs = self.tap.run(feed)
+        whole = dict(zip(self.whole, outs[: len(self.whole)]))
+        red = outs[len(self.whole):]
+        return {n: (red[2 * i], red[2 * i + 1]) for i, n in enumerate(self.reduced)}, whole
