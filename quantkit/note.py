@@ -108,6 +108,9 @@ class Preprocessing(Config):
             raise ConfigError(f"preprocessing.input_size: {self.input_size} must be positive (height, width)")
         if any(s <= 0 for s in self.std):
             raise ConfigError(f"preprocessing.std: {self.std} must be positive")
+        if not self.scale > 0:  # 0 makes every image the same input; NaN too
+            raise ConfigError(f"preprocessing.scale: {self.scale} must be positive: the factor on 0..255 pixels before mean "
+                              "and std (1/255 = 0.00392156862745098 for inputs in 0..1, 1.0 for 0..255)")
         if not 0 <= self.pad_value <= 255:
             raise ConfigError(f"preprocessing.pad_value: {self.pad_value} must be in 0..255")
         for name in ("mean", "std"):

@@ -14,7 +14,7 @@ from quantkit.cli.main import main
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     root = tmp_path_factory.mktemp("fbcli")
-    return (root, make_tiny_intake(root / "intake", size=16), make_set(root / "a", 6, size=24, name="a"),
+    return (root, make_tiny_intake(root / "intake", size=16, channels=1), make_set(root / "a", 6, size=24, name="a"),
             make_set(root / "b", 4, size=24, name="b", seed=1))
 
 
@@ -150,3 +150,17 @@ def test_fallback_settings_per_model_override_the_top_level_section(tmp_path):
     a, b, top = cfg("a"), cfg("b"), cfg(None, target=0.97)
     assert (a.target, a.search, a.prune) == (0.9, "sqnr", 8)  # the model's own section, whole (defaults for the rest)
     assert (b.target, b.search, b.prune) == (0.96, "bisect", 4) and (top.target, top.prune) == (0.97, 4)
+
+
+def test_fallback_refuses_a_task_that_does_not_fit_the_model(env, tmp_path, capsys):
+    """A classifier task on a probability-map model (or db_text, the default, on a classifier): the fallback would
+    otherwise search on a metric that means nothing for the model and write a candidate; it refuses, as intake and
+    bind do, before any work, and writes nothing."""
+    root, intake, a, b = env
+    params = tmp_path / "params.yaml"
+    params.write_text("fallback: {target: 0.9}\nquantize: {method: minmax}\ntask:\n  adapter: classifier\n")
+    rc = main(["fallback", str(intake), "--calibration-set", str(a), "--reference-set", str(a), "--params", str(params),
+               "--out", str(tmp_path / "fb")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "task 'classifier': output" in err and "but the declared layout is classifier [N, C]" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "fb").exists()

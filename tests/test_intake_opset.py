@@ -110,6 +110,7 @@ def test_intake_bad_inputs_one_line_errors(tmp_path, capsys):
         (_params(tmp_path, "a.yaml", input_size=[16, 16], bogus=1), "unknown option 'bogus'"),
         (_params(tmp_path, "b.yaml", input_size=[16, 16], preprocessing={"input_name": "image"}), "no input named 'image'"),
         (_params(tmp_path, "c.yaml", input_size=[0, 16]), "must be positive"),
+        (_params(tmp_path, "d.yaml", input_size=[16, 16], preprocessing={"scale": 0}), "preprocessing.scale: 0.0 must be positive"),
     ]
     for params, needle in cases:
         assert main(["intake", str(src), "--params", str(params), "--out", str(out)]) == 2

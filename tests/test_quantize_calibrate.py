@@ -403,7 +403,7 @@ def _chain_model(size: int = 16):
 def test_derived_ranges_equal_ort_and_are_read_once(tmp_path, cfg, monkeypatch):
     """Ranges of Relu / Clip / scalar Add, Sub (both operand orders), Mul (negative too) and Div outputs are derived
     from their inputs' after the first image (quantize.derive): ORT's one-call calibrator gives the same, bit for
-    bit, and the tap model reads those tensors on the first image only."""
+    bit, and the calibration session reduces those tensors on the first image only."""
     from test_quantize_fixtures import write_model_intake
 
     from quantkit.quantize import tap as tapmod
@@ -429,8 +429,10 @@ def test_derived_ranges_equal_ort_and_are_read_once(tmp_path, cfg, monkeypatch):
     monkeypatch.setattr(tapmod.TapSession, "__init__", spy)
     monkeypatch.setattr(tapmod.ExtremaSession, "__init__", spy_extrema)
     run = collect_ranges(intake / "model.onnx", CalibrationSetReader(cset, pre), cfg, workdir=tmp_path, op_types=ops)
-    assert reads[0] == sorted(run.tensors.data)
-    assert [set(r) for r in reduced] == [{"c", "hs", "x"}]  # a, k, d, r, s, n, y: derived; the rest reduced in ORT
+    assert [set(r) for r in reduced] == [set(run.tensors.data), {"c", "hs", "x"}]  # a, k, d, r, s, n, y: derived
+    g = onnx.load(str(intake / "model.onnx")).graph
+    io = {o.name for o in g.output} | {i.name for i in g.input}
+    assert all(set(r) <= io for r in reads), (reads, io)  # only the graph outputs are read out whole (the input is the feed)
     ref = _ort_one_call(intake / "model.onnx", CalibrationSetReader(cset, pre), cfg, tmp_path, ops)
     assert set(ref.data) == set(run.tensors.data)
     for name in ref.data:
@@ -528,3 +530,28 @@ def test_optimized_calibration_graph_differs_by_float_rounding_only(env, tmp_pat
 def _mkdir(p: Path) -> Path:
     p.mkdir(parents=True, exist_ok=True)
     return p
+
+
+def test_extrema_session_names_tensors_of_another_shape_than_declared(tmp_path):
+    """The reduced tensors are not read out, so their shapes are checked with ``Shape`` outputs: a tensor the model
+    declares at a wrong shape, or leaves open, is named as variable-shaped (the engine's ORT-crash fallback reads
+    that list), one declared right is not."""
+    from onnx import TensorProto, helper
+
+    from quantkit.quantize.tap import ExtremaSession
+
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Neg", ["r"], ["n"]), helper.make_node("Abs", ["n"], ["m"]),
+             helper.make_node("Sigmoid", ["m"], ["y"])]
+    g = helper.make_graph(nodes, "shapes", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4]),
+                           helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, 3]),  # wrong: it is [1, 4]
+                           helper.make_tensor_value_info("n", TensorProto.FLOAT, [1, 4]),
+                           helper.make_tensor_value_info("m", TensorProto.FLOAT, ["batch", 4])])
+    path = tmp_path / "tap_model.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    x = np.array([[-1.0, 2.0, 0.5, 3.0]], np.float32)
+    with ExtremaSession(path, ["r", "n", "m"], graph_outputs=["y"]) as s:
+        extremes, whole = s.run({"x": x})
+        assert s.dynamic_names == {"r", "m"}
+    assert {k: (float(a), float(b)) for k, (a, b) in extremes.items()} == {"r": (0.0, 3.0), "n": (-3.0, 0.0), "m": (0.0, 3.0)}
+    assert set(whole) == {"y"}

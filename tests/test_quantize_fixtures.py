@@ -48,17 +48,18 @@ def make_intake(folder: Path, size: int = 96, opset: int = 13) -> Path:
     return _write_intake(m, folder, size)
 
 
-def make_tiny_intake(folder: Path, size: int = 16, opset: int = 13) -> Path:
-    """``x[1,3,S,S] -> Conv(4) -> Relu -> Conv(2) -> y``, weights from a fixed seed."""
+def make_tiny_intake(folder: Path, size: int = 16, opset: int = 13, channels: int = 2) -> Path:
+    """``x[1,3,S,S] -> Conv(4) -> Relu -> Conv(channels) -> y``, weights from a fixed seed (``channels=1``: a map
+    in db_text's layout ``[1, 1, S, S]``)."""
     rng = np.random.default_rng(0)
     w1 = numpy_helper.from_array(rng.normal(0, 0.5, (4, 3, 3, 3)).astype(np.float32), "w1")
     b1 = numpy_helper.from_array(rng.normal(0, 0.1, (4,)).astype(np.float32), "b1")
-    w2 = numpy_helper.from_array(rng.normal(0, 0.5, (2, 4, 1, 1)).astype(np.float32), "w2")
+    w2 = numpy_helper.from_array(rng.normal(0, 0.5, (2, 4, 1, 1)).astype(np.float32)[:channels], "w2")
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["h"], name="conv1", pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["h"], ["r"], name="relu1"),
              helper.make_node("Conv", ["r", "w2"], ["y"], name="conv2")]
     g = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, size, size])], [w1, b1, w2])
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, size, size])], [w1, b1, w2])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = 8
     m = onnx.shape_inference.infer_shapes(m)

@@ -9,11 +9,16 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from test_quantize_fixtures import _write_intake, make_set, make_tiny_intake
 
+from quantkit.errors import ConfigError
 from quantkit.quantize import StaticQuantConfig, quantize
 from quantkit.quantize.fallback import FallbackConfig, precision_fallback
 from quantkit.quantize.recovery.bias import correct_bias
 from quantkit.quantize.recovery.equalize import equalize_pairs
-from quantkit.quantize.recovery.fold import fold_conv_affine, hardswish_as_hardsigmoid, new_ranges
+from quantkit.quantize.recovery.fold import (
+    fold_conv_affine,
+    hardswish_as_hardsigmoid,
+    new_ranges,
+)
 from quantkit.quantize.recovery.ranges import search_ranges
 from quantkit.quantize.recovery.weights import fake_quant_weight
 
@@ -183,6 +188,8 @@ def test_fallback_with_hardswish_raises_the_opset_and_records_it(tmp_path):
     ort.InferenceSession(str(tmp_path / "fb" / "model_int8.onnx"), providers=["CPUExecutionProvider"])
     with pytest.raises(Exception, match="hardswish_op"):
         FallbackConfig.from_dict({"recovery": {"hardswish_op": "Swish"}})
+    with pytest.raises(ConfigError, match="hardswish_op: HardSwish is what fold_affine writes hard-swish as; set fold_affine: true"):
+        FallbackConfig.from_dict({"recovery": {"hardswish_op": "HardSwish"}})  # would be silently ignored
 
 
 def test_fallback_records_each_recovery_step(tmp_path):

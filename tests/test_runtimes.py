@@ -184,6 +184,11 @@ def test_quantkit_threads_pins_every_runtime_and_a_bad_value_is_a_config_error(m
     monkeypatch.setenv("QUANTKIT_THREADS", "two")
     with pytest.raises(ConfigError, match="QUANTKIT_THREADS='two'"):
         make_runtime("onnxruntime", _float_model())
+    import os
+
+    monkeypatch.setenv("QUANTKIT_THREADS", "99999")  # every runtime would start that many threads
+    with pytest.raises(ConfigError, match=f"QUANTKIT_THREADS='99999': more than 4 threads per CPU core.*at most {4 * (os.cpu_count() or 1)}"):
+        make_runtime("onnxruntime", _float_model())
 
 
 class _NumpyReference(Runtime):
@@ -262,3 +267,15 @@ def test_only_plugins_import_a_runtime_package():
                 if top[0] == "openvino" or (top[0] == "onnxruntime" and (len(top) < 2 or top[1] != "quantization")):
                     offenders.append(f"{path.relative_to(root)}: {n}")
     assert offenders == []
+
+
+def test_a_file_that_is_not_onnx_is_named_as_such_not_sent_to_support(tmp_path):
+    """A corrupt or cut-short model file: 'quantkit support' (operator coverage) is the wrong next step."""
+    from quantkit.errors import ModelError
+    from quantkit.runtimes.ort import OrtRuntime
+
+    bad = tmp_path / "model_int8.onnx"
+    bad.write_bytes(b"not a protobuf at all")
+    with pytest.raises(ModelError, match=r"candidate: ONNX Runtime cannot load the model .*; the file is not an ONNX model \(corrupt or cut short\)"):
+        with OrtRuntime(bad, name="candidate"):
+            pass

@@ -92,8 +92,9 @@ def image_statistics(image: np.ndarray) -> dict[str, float]:
     small = cv2.resize(luma, (SHARPNESS_SIZE, SHARPNESS_SIZE), interpolation=cv2.INTER_AREA)
     lap = cv2.Laplacian(small.astype(np.float64), cv2.CV_64F, ksize=1)
     n = float(luma.size)
-    with warnings.catch_warnings():  # a flat image has no non-zero wavelet detail: MAD of nothing
-        warnings.simplefilter("ignore", RuntimeWarning)
+    with warnings.catch_warnings():  # a flat image has no non-zero wavelet detail: MAD of nothing; a tiny one
+        warnings.simplefilter("ignore", RuntimeWarning)  # (a few pixels) makes skimage warn about its wavelet level
+        warnings.simplefilter("ignore", UserWarning)
         sigma = float(estimate_sigma(lf, channel_axis=None))
     return {
         "width": int(w),

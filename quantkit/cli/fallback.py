@@ -58,10 +58,15 @@ def build_config(args: argparse.Namespace) -> Any:
 
 def _metric(args: argparse.Namespace) -> Any:
     """The task adapter's primary agreement metric (params ``models.<model>.task`` / ``task``; db_text defaults),
-    completed from the intake model (:meth:`~quantkit.tasks.TaskAdapter.with_model`: e.g. a grid decoder's input size)."""
+    completed from the intake model (:meth:`~quantkit.tasks.TaskAdapter.with_model`: e.g. a grid decoder's input size).
+
+    Raises:
+        ModelError: the model's outputs do not fit the task's declared layout (one line naming the output).
+    """
     from pathlib import Path
 
     from ..config import config_from_params, has_section
+    from ..intake.prepare import output_shapes
     from ..modelio import load_model
     from ..quantize.fallback.metric import agreement_metric
     from ..tasks import TaskConfig
@@ -69,7 +74,9 @@ def _metric(args: argparse.Namespace) -> Any:
     model = getattr(args, "model", None)
     cfg = config_from_params(TaskConfig, args.params, "task", model=model) if has_section(args.params, "task", model=model) else TaskConfig()
     intake = Path(args.intake)
-    task = cfg.make().with_model(load_model(intake / "model.onnx" if intake.is_dir() else intake, load_external_data=False))
+    fp32 = load_model(intake / "model.onnx" if intake.is_dir() else intake, load_external_data=False)
+    task = cfg.make().with_model(fp32)
+    task.check_outputs(output_shapes(fp32))  # a task that does not fit the model is refused, as intake and bind refuse it
     return agreement_metric(task)
 
 

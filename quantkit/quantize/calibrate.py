@@ -9,10 +9,10 @@ Here one loop serves every method: each image runs the tap model (every calibrat
 tensors in parallel on a thread pool (:func:`fold_threads`):
 
 * MinMax (:class:`~.minmax.MinMaxState`): running min/max (``moving_average``: the per-image values ORT
-  averages); exact, bit for bit. Tensors whose range follows from another's (:mod:`.derive`) are read on the
-  first image only; after it, each tensor's minimum and maximum are reduced inside ONNX Runtime
-  (:class:`~.tap.ExtremaSession`, as ORT's ``MinMaxCalibrater`` does) instead of reading the tensor out: for the
-  PP-OCR detector at 640x640, 687 MB per image no longer leave the session (:class:`_Reader`). Entropy with
+  averages); exact, bit for bit. Each tensor's minimum and maximum are reduced inside ONNX Runtime
+  (:class:`~.tap.ExtremaSession`, as ORT's ``MinMaxCalibrater`` does) instead of reading the tensor out (for the
+  PP-OCR detector at 640x640, 687 MB per image; :class:`_Reader`). Tensors whose range follows from another's
+  (:mod:`.derive`) are reduced on the first image only. Entropy with
   ``num_quantized_bins >= num_bins`` (ORT's defaults) is this too: its KL search has a single candidate, the
   MinMax range (:meth:`~.minmax.MinMaxState.entropy_histograms`); exact.
 * Percentile: one streaming pass (:class:`~.fine_histogram.FineHistogramState`), within a stated tolerance (one
@@ -21,7 +21,8 @@ tensors in parallel on a thread pool (:func:`fold_threads`):
   bins (:class:`~.histogram.HistogramState`); exact.
 
 ORT's own code turns the states into ranges (:mod:`.adapter`: ``compute_collection_result`` and the MinMax
-formulas). Peak memory: one inference's tensors (in reused buffers) plus a fixed number of counts per tensor.
+formulas). Peak memory: one inference's tensors (in reused buffers; MinMax-like: only its graph outputs) plus a
+fixed number of counts per tensor.
 The calibration session runs with graph optimizations off, as ORT's calibrators' do (``calibration_graph: exact``),
 or at ORT's ``all`` level (``optimized``: faster, ranges equal to float rounding; :class:`~.config.StaticQuantConfig`).
 
@@ -48,6 +49,7 @@ import onnx
 
 from ..errors import CalibrationSetError, ConfigError, ModelError
 from ..progress import progress
+from ..runtimes.base import MAX_THREADS_PER_CPU
 from . import adapter
 from . import checkpoint as ckpt
 from .config import StaticQuantConfig
@@ -111,7 +113,8 @@ def fold_threads() -> int:
     reductions, ufuncs and copies release the GIL on large arrays, so tensors fold in parallel.
 
     Raises:
-        ConfigError: ``QUANTKIT_CALIB_THREADS`` is not a whole number >= 1.
+        ConfigError: ``QUANTKIT_CALIB_THREADS`` is not a whole number >= 1, or above
+            :data:`~quantkit.runtimes.base.MAX_THREADS_PER_CPU` per CPU core.
     """
     env = os.environ.get("QUANTKIT_CALIB_THREADS")
     if env:
@@ -121,6 +124,9 @@ def fold_threads() -> int:
             raise ConfigError(f"QUANTKIT_CALIB_THREADS={env!r}: expected a whole number of threads, e.g. 2") from None
         if n < 1:
             raise ConfigError(f"QUANTKIT_CALIB_THREADS={env!r}: expected at least 1")
+        cap = MAX_THREADS_PER_CPU * (os.cpu_count() or 1)
+        if n > cap:
+            raise ConfigError(f"QUANTKIT_CALIB_THREADS={env!r}: more than {MAX_THREADS_PER_CPU} threads per CPU core; set at most {cap}")
         return n
     return max(1, min(8, os.cpu_count() or 1))
 
@@ -231,33 +237,39 @@ class _Pass:
 class _Reader:
     """Reads one inference's calibrated tensors into the state.
 
-    The first image of a pass runs the tap model (every tensor read whole: the derivations are checked on it, and
-    the tensors of variable shape found). After it a MinMax-like state reads through :class:`~.tap.ExtremaSession`
-    (each tensor's minimum and maximum reduced inside ONNX Runtime, as ORT's ``MinMaxCalibrater`` does; the graph
-    outputs whole), other states through the tap model. NaN: numpy's ``fmin`` / ``fmax`` ignore it, ORT's
-    ``ReduceMin`` does not (:class:`~.tap.ExtremaSession`), so an image on which a reduction gives NaN, or a graph
-    output holds one, is read again whole. A NaN that neither shows gives ORT's calibrator's own range.
+    A MinMax-like state reads through :class:`~.tap.ExtremaSession`: each tensor's minimum and maximum reduced
+    inside ONNX Runtime, as ORT's ``MinMaxCalibrater`` does, and the graph outputs whole; no tensor is read out, so
+    peak memory does not hold one inference's tensors. The derivations are checked on the first image's extremes,
+    and the session then reads only the tensors not derived. Other states read every tensor whole through the tap
+    model. NaN: numpy's ``fmin`` / ``fmax`` ignore it, ORT's ``ReduceMin`` does not (:class:`~.tap.ExtremaSession`),
+    so an image on which a reduction gives NaN, or a graph output holds one, is read again whole. A NaN that
+    neither shows gives ORT's calibrator's own range.
     """
 
     def __init__(self, tap_model: Path, names: list[str], state: State, pool: ThreadPoolExecutor | None,
                  channels: OutputChannels | None, level: str, graph_outputs: tuple[str, ...]) -> None:
-        self.tap_model, self.names, self.state, self.pool, self.channels = tap_model, names, state, pool, channels
+        self.tap_model, self.state, self.pool, self.channels = tap_model, state, pool, channels
         self.level, self.graph_outputs = level, graph_outputs
-        self.session: TapSession | ExtremaSession = TapSession(tap_model, names, level=level).__enter__()
         self.dynamic_names: set[str] = set()
+        self.session = self._open(names)
+
+    def _open(self, names: list[str]) -> TapSession | ExtremaSession:
+        self.names = names
+        if isinstance(self.state, MinMaxState):
+            full = set(self.channels.names) if self.channels is not None else set()
+            return ExtremaSession(self.tap_model, names, full=full, graph_outputs=self.graph_outputs, level=self.level).__enter__()
+        return TapSession(self.tap_model, names, level=self.level).__enter__()
 
     def read(self, pass_no: int, feed: dict[str, Any]) -> None:
         if isinstance(self.session, ExtremaSession):
             self._read_extremes(pass_no, feed)
         else:
-            outs = self.session.run(feed)
-            _fold(self.state, pass_no, self.names, outs, self.pool, self.channels)
-            self.state.settle()
+            _fold(self.state, pass_no, self.names, self.session.run(feed), self.pool, self.channels)
+        self.state.settle()
         self.dynamic_names |= self.session.dynamic_names
-        if isinstance(self.state, MinMaxState) and not isinstance(self.session, ExtremaSession):
-            self._switch(self.state.pass_names(pass_no), extrema=True)
-        elif self.state.pass_names(pass_no) != self.names:  # fewer tensors to read from now on (derived ranges)
-            self._switch(self.state.pass_names(pass_no), extrema=isinstance(self.session, ExtremaSession))
+        if self.state.pass_names(pass_no) != self.names:  # fewer tensors to read from now on (derived ranges)
+            self.session.__exit__(None, None, None)
+            self.session = self._open(self.state.pass_names(pass_no))
 
     def _read_extremes(self, pass_no: int, feed: dict[str, Any]) -> None:
         assert isinstance(self.session, ExtremaSession) and isinstance(self.state, MinMaxState)
@@ -273,14 +285,6 @@ class _Reader:
             return
         for n, (lo, hi) in extremes.items():
             self.state.fold_extremes(n, lo, hi)
-
-    def _switch(self, names: list[str], *, extrema: bool) -> None:
-        self.session.__exit__(None, None, None)
-        self.names = names
-        full = set(self.channels.names) if self.channels is not None else set()
-        session = (ExtremaSession(self.tap_model, names, full=full, graph_outputs=self.graph_outputs, level=self.level) if extrema
-                   else TapSession(self.tap_model, names, level=self.level))
-        self.session = session.__enter__()
 
     def close(self) -> None:
         self.session.__exit__(None, None, None)

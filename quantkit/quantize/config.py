@@ -116,10 +116,11 @@ class StaticQuantConfig(_Common):
         calibration_graph: ``exact``: the calibration session runs with graph optimizations off, as ORT's
             calibrators do, and the ranges equal theirs bit for bit; ``optimized``: at ORT's ``all`` level (the
             level a model is deployed at: convolutions in ORT's blocked NCHWc layout, a different summation order),
-            0.101 against 0.120 s per image for MinMax on the PP-OCR detector at 640x640 on 2 cores (medians of 3,
+            0.088 against 0.101 s per image for MinMax on the PP-OCR detector at 640x640 on 2 cores (medians of 3,
             ``bench/bench_calibration.py --impl quantkit quantkit-optimized``), ranges that differ from
             ORT's calibrators by float rounding only (at most 5e-6 relative on the PP-OCR detector at 640x640; a
-            test bounds them at 1e-4) and so scales that may differ in their last bits.
+            test bounds them at 1e-4) and so scales that may differ in their last bits, and a zero point that may move
+            by one step where it sits on a rounding tie (symmetric histogram ranges: 127 or 128).
         nodes_to_exclude / node_patterns_to_exclude (regex, full match) / op_types_to_exclude: kept in
             float (``nodes_to_exclude`` / ``op_types_to_quantize``); each must match the model.
         op_types_to_quantize: empty = every op type ORT's QDQ and QLinear registries know.

@@ -4,10 +4,9 @@ ORT's calibrator adds ``ReduceMin`` / ``ReduceMax`` (``keepdims=1``, then ``Resh
 calibrated tensor and runs that model once per image; ``compute_data`` then takes ``np.nanmin`` of the
 per-image minima and ``np.nanmax`` of the maxima (``moving_average``: ``np.nanmean`` of both), and makes the
 pair symmetric with ``np.nanmax([|min|, |max|])`` when asked. :class:`MinMaxState` folds the same per-image
-minima and maxima: on the first image from the tensors themselves (marked as outputs of the model,
-:mod:`quantkit.quantize.tap`), reduced in numpy block by block so that the minimum and the maximum of a block
-are taken while it is in cache; after it from ``ReduceMin`` / ``ReduceMax`` run inside ORT as ORT's calibrator
-runs them (:meth:`MinMaxState.fold_extremes`, :class:`quantkit.quantize.tap.ExtremaSession`). Minimum and
+minima and maxima, from the same ``ReduceMin`` / ``ReduceMax`` run inside ORT (:meth:`MinMaxState.fold_extremes`,
+:class:`quantkit.quantize.tap.ExtremaSession`), or from a tensor read whole (:meth:`MinMaxState.fold`: reduced in
+numpy block by block, so that the minimum and the maximum of a block are taken while it is in cache). Minimum and
 maximum are exact operations, so the ranges equal ORT's bit for bit (tests compare them), with two documented
 differences:
 
@@ -20,7 +19,7 @@ differences:
 
 Tensors whose range follows exactly from another's (:mod:`.derive`: ReLU, constant Clip, scalar Add/Sub/Mul/Div)
 are read on the first image only, to check the derivation bit for bit; afterwards their ranges are computed from
-their sources' and the tap model no longer outputs them (:meth:`MinMaxState.pass_names`).
+their sources' and the calibration session no longer reduces them (:meth:`MinMaxState.pass_names`).
 
 Memory: two numbers per tensor, plus two per image per tensor with ``moving_average`` (as ORT keeps).
 """

@@ -118,18 +118,28 @@ class SupportProbe:
     run_error: str = ""
 
 
+#: The most ``QUANTKIT_THREADS`` threads per CPU core :func:`env_threads` accepts (more only adds scheduling).
+MAX_THREADS_PER_CPU = 4
+
+
 def env_threads(default: int) -> int:
     """The thread count ``QUANTKIT_THREADS`` pins (it overrides every runtime's own), else ``default``.
 
     Raises:
-        ConfigError: ``QUANTKIT_THREADS`` is set to something other than a non-negative integer.
+        ConfigError: ``QUANTKIT_THREADS`` is set to something other than a non-negative integer, or to more than
+            :data:`MAX_THREADS_PER_CPU` threads per CPU core (every runtime would start that many threads, each
+            with its own stack and scratch memory: 99999 took 16 GB and never finished).
     """
     raw = os.environ.get("QUANTKIT_THREADS", "").strip()
     if not raw:
         return int(default)
     if not raw.isdigit():
         raise ConfigError(f"QUANTKIT_THREADS={raw!r}: not a thread count; set a whole number (0 = the runtime chooses) or unset it")
-    return int(raw)
+    n, cap = int(raw), MAX_THREADS_PER_CPU * (os.cpu_count() or 1)
+    if n > cap:
+        raise ConfigError(f"QUANTKIT_THREADS={raw!r}: more than {MAX_THREADS_PER_CPU} threads per CPU core "
+                          f"({os.cpu_count() or 1} here); set at most {cap}, or 0 for the runtime's choice")
+    return n
 
 
 def first_line(e: BaseException | str) -> str:

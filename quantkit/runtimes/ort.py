@@ -109,7 +109,9 @@ class OrtRuntime(Runtime):
             return ort.InferenceSession(src, sess_options=self._options(profile_prefix), providers=list(self.providers))
         except Exception as e:  # ORT raises its own Fail/InvalidGraph/NotImplemented types
             self.load_error = str(e)
-            raise ModelError(f"{self.name}: ONNX Runtime cannot load the model ({first_line(e)}); run 'quantkit support' on it") from None
+            fix = ("the file is not an ONNX model (corrupt or cut short): write it again" if "Protobuf parsing failed" in str(e)
+                   else "run 'quantkit support' on it")
+            raise ModelError(f"{self.name}: ONNX Runtime cannot load the model ({first_line(e)}); {fix}") from None
 
     def activate_impl(self) -> None:
         self.session = self._session()

@@ -13,10 +13,12 @@ from .registry import make_adapter
 @dataclasses.dataclass(frozen=True)
 class TaskConfig(Config):
     """The task of a model: ``adapter`` (a registered name: ``db_text``, ``box_detector``, ``classifier``, ...)
-    and its ``options`` (output layout, decoding settings and the FP32 thresholds), validated by the adapter."""
+    and its ``options`` (output layout, decoding settings and the FP32 thresholds), validated by the adapter; an
+    option left out takes the adapter's default (``db_text``: ``thresh`` 0.3, ``box_thresh`` 0.5, ``unclip_ratio``
+    1.6, rapidocr's), so ``task: {adapter: classifier}`` alone is a complete section."""
 
     adapter: str = "db_text"
-    options: dict[str, Any] = dataclasses.field(default_factory=lambda: {"thresh": 0.3, "box_thresh": 0.5, "unclip_ratio": 1.6})
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def validate(self) -> None:
         self.make()

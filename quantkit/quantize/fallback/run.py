@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..._io import atomic_output_dir, sha256_file
+from ..._io import atomic_output_dir, output_lock, sha256_file
 from ...artifacts.record import CalibrationRecord
 from ...errors import ConfigError, ModelError
 from ...progress import progress
@@ -141,6 +141,8 @@ def precision_fallback(intake: str | Path, config: FallbackConfig, *, reference_
     from ..engine import MODEL_FILE, RECORD_FILE, load_intake
 
     t0 = time.perf_counter()
+    with output_lock(out):  # an unwritable or busy --out fails now, not after the search
+        pass
     metric = metric or agreement_metric()
     model_path, model0, note = load_intake(intake)
     model, renamed = named_copy(model0)

@@ -72,6 +72,9 @@ class RecoveryConfig(Config):
                 p = float("nan")
             if not 50.0 < p <= 100.0:
                 raise ConfigError(f"fallback.recovery.range_candidates: {c!r} must be 'minmax' or 'p<percentile>' with 50 < percentile <= 100, e.g. p99.99")
+        if self.hardswish_op != "HardSigmoid" and not self.fold_affine:
+            raise ConfigError(f"fallback.recovery.hardswish_op: {self.hardswish_op} is what fold_affine writes hard-swish as; "
+                              "set fold_affine: true, or drop hardswish_op")
         if self.range_search and not self.range_candidates:
             raise ConfigError("fallback.recovery.range_candidates: give at least one candidate (e.g. [minmax, p99.99]) or set range_search: false")
 
