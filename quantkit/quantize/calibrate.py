@@ -49,7 +49,7 @@ import onnx
 
 from ..errors import CalibrationSetError, ConfigError, ModelError
 from ..progress import progress
-from ..runtimes.base import MAX_THREADS_PER_CPU
+from ..runtimes.base import checked_thread_count
 from . import adapter
 from . import checkpoint as ckpt
 from .config import StaticQuantConfig
@@ -113,8 +113,7 @@ def fold_threads() -> int:
     reductions, ufuncs and copies release the GIL on large arrays, so tensors fold in parallel.
 
     Raises:
-        ConfigError: ``QUANTKIT_CALIB_THREADS`` is not a whole number >= 1, or above
-            :data:`~quantkit.runtimes.base.MAX_THREADS_PER_CPU` per CPU core.
+        ConfigError: ``QUANTKIT_CALIB_THREADS`` is not a whole number from 1 to 4 per CPU core.
     """
     env = os.environ.get("QUANTKIT_CALIB_THREADS")
     if env:
@@ -124,10 +123,7 @@ def fold_threads() -> int:
             raise ConfigError(f"QUANTKIT_CALIB_THREADS={env!r}: expected a whole number of threads, e.g. 2") from None
         if n < 1:
             raise ConfigError(f"QUANTKIT_CALIB_THREADS={env!r}: expected at least 1")
-        cap = MAX_THREADS_PER_CPU * (os.cpu_count() or 1)
-        if n > cap:
-            raise ConfigError(f"QUANTKIT_CALIB_THREADS={env!r}: more than {MAX_THREADS_PER_CPU} threads per CPU core; set at most {cap}")
-        return n
+        return checked_thread_count("QUANTKIT_CALIB_THREADS", env, n)
     return max(1, min(8, os.cpu_count() or 1))
 
 

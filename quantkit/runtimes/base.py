@@ -135,10 +135,19 @@ def env_threads(default: int) -> int:
         return int(default)
     if not raw.isdigit():
         raise ConfigError(f"QUANTKIT_THREADS={raw!r}: not a thread count; set a whole number (0 = the runtime chooses) or unset it")
-    n, cap = int(raw), MAX_THREADS_PER_CPU * (os.cpu_count() or 1)
-    if n > cap:
-        raise ConfigError(f"QUANTKIT_THREADS={raw!r}: more than {MAX_THREADS_PER_CPU} threads per CPU core "
-                          f"({os.cpu_count() or 1} here); set at most {cap}, or 0 for the runtime's choice")
+    return checked_thread_count("QUANTKIT_THREADS", raw, int(raw), "or 0 for the runtime's choice")
+
+
+def checked_thread_count(var: str, raw: str, n: int, alternative: str = "") -> int:
+    """``n``, the thread count environment variable ``var`` (set to ``raw``) asks for.
+
+    Raises:
+        ConfigError: more than :data:`MAX_THREADS_PER_CPU` threads per CPU core.
+    """
+    cores = os.cpu_count() or 1
+    if n > MAX_THREADS_PER_CPU * cores:
+        raise ConfigError(f"{var}={raw!r}: more than {MAX_THREADS_PER_CPU} threads per CPU core ({cores} here); "
+                          f"set at most {MAX_THREADS_PER_CPU * cores}{', ' + alternative if alternative else ''}")
     return n
 
 
