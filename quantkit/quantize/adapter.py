@@ -281,11 +281,13 @@ def calibrator_params(c: StaticQuantConfig) -> CalibratorParams:
 
 @dataclasses.dataclass(frozen=True)
 class CalibrationPlan:
-    """What to calibrate: the tap model (every calibrated tensor also a graph output) and those tensors, sorted."""
+    """What to calibrate: the tap model (every calibrated tensor also a graph output) and those tensors, sorted;
+    ``graph_outputs``: the model's own outputs, in order."""
 
     tap_model: Path
     tensors: tuple[str, ...]
     params: CalibratorParams
+    graph_outputs: tuple[str, ...] = ()
 
 
 def calibration_plan(model_path: str | Path, config: StaticQuantConfig, op_types: list[str], workdir: str | Path) -> CalibrationPlan:
@@ -299,12 +301,12 @@ def calibration_plan(model_path: str | Path, config: StaticQuantConfig, op_types
     base = CalibraterBase(Path(model_path), op_types_to_calibrate=op_types, augmented_model_path=str(tap))
     tensors, value_infos = base.select_tensors_to_calibrate(base.model)
     model = base.model
-    outputs = {o.name for o in model.graph.output}
+    graph_outputs = tuple(o.name for o in model.graph.output)
     for name in sorted(tensors):
-        if name not in outputs:
+        if name not in graph_outputs:
             model.graph.output.append(value_infos[name])
     onnx.save(model, str(tap))
-    return CalibrationPlan(tap, tuple(sorted(tensors)), calibrator_params(config))
+    return CalibrationPlan(tap, tuple(sorted(tensors)), calibrator_params(config), graph_outputs)
 
 
 def _tensors_data(method: str, data: dict[str, Any]) -> Any:

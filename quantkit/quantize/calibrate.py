@@ -362,7 +362,6 @@ def collect_ranges(
         raise CalibrationSetError(f"{where}: no images to calibrate on; add images and register the set again")
     plan = adapter.calibration_plan(model_path, config, op_types or adapter.default_op_types("qdq"), workdir)
     derivs = derivations(onnx.load(str(plan.tap_model), load_external_data=False), plan.tensors) if _minmax_like(plan.params) else None
-    graph_outputs = tuple(o.name for o in onnx.load(str(model_path), load_external_data=False).graph.output)
     state: State = make_state(plan.params, list(plan.tensors), derivs)
     key = dataclasses.replace(key, state=type(state).__name__) if key is not None else None
     channels = OutputChannels({n: ax for n, ax in (outputs or {}).items() if n in plan.tensors})
@@ -383,7 +382,7 @@ def collect_ranges(
         while True:
             desc = f"calibrate {config.method}" + (f" pass {pass_no}" if pass_no > 1 else "")
             step = _Pass(reader, plan.tap_model, n_batches, chunk_batches, where, desc, CALIBRATION_LEVELS[config.calibration_graph],
-                         graph_outputs)
+                         plan.graph_outputs)
             step.run(state, pass_no, done, pool, save, dynamic, channels if pass_no == 1 else None)
             if pass_no >= state.passes or not state.end_pass(pass_no):
                 break

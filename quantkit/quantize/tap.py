@@ -160,10 +160,10 @@ def write_extrema_model(tap_model: str | os.PathLike[str], names: list[str], ful
     m = onnx.load(str(tap_model))
     g = m.graph
     declared = {o.name: o for o in g.output}
-    inputs = {i.name for i in g.input}
-    reduced = [n for n in names if n not in full and n not in inputs and n not in set(graph_outputs) and n in declared
-               and declared[n].type.tensor_type.elem_type == TensorProto.FLOAT]
-    whole = [n for n in names if n not in set(reduced)]
+    skip = set(full) | {i.name for i in g.input} | set(graph_outputs)
+    reduced = [n for n in names if n not in skip and n in declared and declared[n].type.tensor_type.elem_type == TensorProto.FLOAT]
+    kept = set(reduced)
+    whole = [n for n in names if n not in kept]
     whole += [n for n in graph_outputs if n not in set(whole) and n in declared]
     del g.output[:]
     g.output.extend([declared[n] for n in whole if n in declared])
