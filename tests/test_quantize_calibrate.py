@@ -555,3 +555,31 @@ def test_extrema_session_names_tensors_of_another_shape_than_declared(tmp_path):
         assert s.dynamic_names == {"r", "m"}
     assert {k: (float(a), float(b)) for k, (a, b) in extremes.items()} == {"r": (0.0, 3.0), "n": (-3.0, 0.0), "m": (0.0, 3.0)}
     assert set(whole) == {"y"}
+
+
+def test_extrema_model_reduces_each_tensor_right_after_it_is_written(env, tmp_path):
+    """Each tensor's ``ReduceMin`` / ``ReduceMax`` / ``Shape`` follow the node that writes it (not the end of the graph,
+    where ORT's default order ran them and kept every reduced tensor alive until then), and the session runs them in
+    ``priority_based`` order; the model is otherwise the tap model, so the extremes are the tensors' own."""
+    from quantkit.quantize.tap import MAX_SUFFIX, MIN_SUFFIX, SHAPE_SUFFIX, ExtremaSession, write_extrema_model
+
+    _, prepared, _, _ = env
+    plan = adapter.calibration_plan(prepared, StaticQuantConfig(), adapter.default_op_types("qdq"), tmp_path)
+    reduced, _, _ = write_extrema_model(plan.tap_model, list(plan.tensors), set(), tmp_path / "extrema.onnx", plan.graph_outputs)
+    nodes = onnx.load(str(tmp_path / "extrema.onnx")).graph.node
+    written = {o: i for i, n in enumerate(nodes) for o in n.output}
+    for n in reduced:
+        readers = [written[n + s] for s in (MIN_SUFFIX, MAX_SUFFIX, SHAPE_SUFFIX) if n + s in written]
+        assert len(readers) >= 2
+        producer = written.get(n, -1)
+        assert all(0 < r - producer <= 3 for r in readers), n  # the next nodes after its producer
+    with ExtremaSession(plan.tap_model, list(plan.tensors), graph_outputs=plan.graph_outputs) as s:
+        assert s.tap.runner.execution_order == "priority_based"
+
+
+def test_ort_runtime_refuses_an_unknown_execution_order():
+    from quantkit.errors import ConfigError
+    from quantkit.runtimes.ort import OrtRuntime
+
+    with pytest.raises(ConfigError, match="execution_order: 'fastest' is not one of default, priority_based"):
+        OrtRuntime(b"", execution_order="fastest")

@@ -46,6 +46,7 @@ class TapSession:
         threads: ORT intra-op threads (0: ORT's default, one per core; ``QUANTKIT_THREADS`` overrides).
         level: ORT graph optimization level (``disable``: ORT's calibrators'; ``all``: ``calibration_graph:
             optimized``).
+        execution_order: ORT's node order (:class:`quantkit.runtimes.ort.OrtRuntime`); it changes no value.
 
     Use as a context manager; :meth:`run` returns arrays valid until the next call.
 
@@ -53,9 +54,10 @@ class TapSession:
         ModelError: ORT cannot load the tap model (one line).
     """
 
-    def __init__(self, model_path: str | os.PathLike[str], names: list[str], *, threads: int = 0, level: str = "disable") -> None:
+    def __init__(self, model_path: str | os.PathLike[str], names: list[str], *, threads: int = 0, level: str = "disable",
+                 execution_order: str = "default") -> None:
         self.runner = OrtRunner(model_path, graph_optimization_level=level, intra_op_num_threads=threads,
-                                name=Path(model_path).name)
+                                name=Path(model_path).name, execution_order=execution_order)
         self.names = list(names)
         self._input_shapes: dict[str, tuple[int, ...]] | None = None
         self._binding: Any = None
@@ -150,9 +152,10 @@ def write_extrema_model(tap_model: str | os.PathLike[str], names: list[str], ful
     ``(reduced, whole, declared)``: the reduced names; the names output whole in output order (``graph_outputs``
     last); each reduced tensor's declared shape (None: not declared in full).
 
-    The reductions run inside the session while each tensor is in cache, and no tensor leaves it: for the
-    PP-OCR detector at 640x640, 329 tensors (687 MB per image read out whole; 139 tensors and 262 MB once the
-    derived ranges are known) become two numbers each.
+    Each tensor's reductions follow the node that writes it (the node order :class:`ExtremaSession`'s
+    ``priority_based`` execution order keeps), so they run while the tensor is in cache and it need not stay
+    alive; no tensor leaves the session: for the PP-OCR detector at 640x640, 329 tensors (687 MB per image read
+    out whole; 139 tensors and 262 MB once the derived ranges are known) become two numbers each.
     """
     import onnx
     from onnx import TensorProto, helper
@@ -168,14 +171,22 @@ def write_extrema_model(tap_model: str | os.PathLike[str], names: list[str], ful
     del g.output[:]
     g.output.extend([declared[n] for n in whole if n in declared])
     shapes = {n: declared_shape(declared[n]) for n in reduced}
+    readers: dict[str, list[Any]] = {n: [] for n in reduced}
     for n in reduced:
         for op, suffix in (("ReduceMin", MIN_SUFFIX), ("ReduceMax", MAX_SUFFIX)):
-            g.node.append(helper.make_node(op, [n], [n + suffix], name=n + suffix, keepdims=0))
+            readers[n].append(helper.make_node(op, [n], [n + suffix], name=n + suffix, keepdims=0))
             g.output.append(helper.make_tensor_value_info(n + suffix, TensorProto.FLOAT, []))
     for n in reduced:
         if shapes[n] is not None:
-            g.node.append(helper.make_node("Shape", [n], [n + SHAPE_SUFFIX], name=n + SHAPE_SUFFIX))
+            readers[n].append(helper.make_node("Shape", [n], [n + SHAPE_SUFFIX], name=n + SHAPE_SUFFIX))
             g.output.append(helper.make_tensor_value_info(n + SHAPE_SUFFIX, TensorProto.INT64, [len(shapes[n])]))
+    nodes: list[Any] = []
+    for node in g.node:  # each tensor's readers right after the node that writes it
+        nodes.append(node)
+        nodes += [r for o in node.output for r in readers.pop(o, [])]
+    nodes += [r for rs in readers.values() for r in rs]  # tensors no node writes (an initializer marked as output)
+    del g.node[:]
+    g.node.extend(nodes)
     onnx.save(m, str(dest))
     return reduced, whole, shapes
 
@@ -207,7 +218,7 @@ class ExtremaSession:
                  graph_outputs: Sequence[str] = (), threads: int = 0, level: str = "disable") -> None:
         path = Path(tap_model).with_name("extrema_model.onnx")
         self.reduced, self.whole, self.declared = write_extrema_model(tap_model, names, set(full), path, graph_outputs)
-        self.tap = TapSession(path, list(self.whole), threads=threads, level=level)
+        self.tap = TapSession(path, list(self.whole), threads=threads, level=level, execution_order="priority_based")
         self.shaped = [n for n in self.reduced if self.declared[n] is not None]
         self.outputs = [n + s for n in self.reduced for s in (MIN_SUFFIX, MAX_SUFFIX)] + [n + SHAPE_SUFFIX for n in self.shaped]
         self.tap.names = self.whole + self.outputs

@@ -28,6 +28,7 @@ from ..errors import ConfigError, ModelError
 from .base import PRECISION_NAMES, NodeIssue, NodePrecision, Runtime, RuntimeInfo, SupportProbe, as_model_bytes, env_threads, first_line
 
 LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
+EXECUTION_ORDERS = {"default": "DEFAULT", "priority_based": "PRIORITY_BASED"}
 DEPLOYMENT_LEVEL = "all"
 """The level a deployed model runs at: ORT's default (``SessionOptions.graph_optimization_level``)."""
 _NODE_NAME = re.compile(r"node with name '([^']*)'|in node \(([^)]*)\)|In Node, \(\"([^\"]*)\", ")
@@ -50,19 +51,27 @@ class OrtRuntime(Runtime):
             busy-wait for the next work). False where several sessions take turns on the same cores, as in
             interleaved timing (:mod:`quantkit.runtimes.latency`): there one session's spinning threads take the
             cores from the next one's run.
+        execution_order: ORT's ``SessionOptions.execution_order``: ``"default"`` or ``"priority_based"``
+            (Kahn's order: measured on ORT 1.32, a node that only reads a tensor runs soon after the tensor is
+            written, where the default order may run it at the end and keep the tensor alive until then;
+            :class:`quantkit.quantize.tap.ExtremaSession`).
 
     Raises:
-        ConfigError: an unknown optimization level.
+        ConfigError: an unknown optimization level or execution order.
     """
 
     NAME = "onnxruntime"
 
     def __init__(self, model: Any, *, providers: Sequence[str] = ("CPUExecutionProvider",), graph_optimization_level: str = DEPLOYMENT_LEVEL,
-                 intra_op_num_threads: int = 0, outputs: Sequence[str] = (), name: str | None = None, allow_spinning: bool = True) -> None:
+                 intra_op_num_threads: int = 0, outputs: Sequence[str] = (), name: str | None = None, allow_spinning: bool = True,
+                 execution_order: str = "default") -> None:
         super().__init__(model, outputs=outputs, name=name)
         self.allow_spinning = allow_spinning
         if graph_optimization_level not in LEVELS:
             raise ConfigError(f"graph_optimization_level: {graph_optimization_level!r} is not one of {', '.join(LEVELS)}")
+        if execution_order not in EXECUTION_ORDERS:
+            raise ConfigError(f"execution_order: {execution_order!r} is not one of {', '.join(EXECUTION_ORDERS)}")
+        self.execution_order = execution_order
         self.providers = tuple(providers)
         self.graph_optimization_level = graph_optimization_level
         self.intra_op_num_threads = env_threads(intra_op_num_threads)
@@ -90,6 +99,7 @@ class OrtRuntime(Runtime):
         opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, LEVELS[self.graph_optimization_level])
         opts.intra_op_num_threads = self.intra_op_num_threads
         opts.log_severity_level = 3
+        opts.execution_order = getattr(ort.ExecutionOrder, EXECUTION_ORDERS[self.execution_order])
         if not self.allow_spinning:
             opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         if profile_prefix:
