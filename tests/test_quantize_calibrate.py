@@ -551,7 +551,7 @@ def test_extrema_session_names_tensors_of_another_shape_than_declared(tmp_path):
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), str(path))
     x = np.array([[-1.0, 2.0, 0.5, 3.0]], np.float32)
     with ExtremaSession(path, ["r", "n", "m"], graph_outputs=["y"]) as s:
-        extremes, whole = s.run({"x": x})
+        extremes, whole, _ = s.run({"x": x})
         assert s.dynamic_names == {"r", "m"}
     assert {k: (float(a), float(b)) for k, (a, b) in extremes.items()} == {"r": (0.0, 3.0), "n": (-3.0, 0.0), "m": (0.0, 3.0)}
     assert set(whole) == {"y"}
@@ -565,7 +565,7 @@ def test_extrema_model_reduces_each_tensor_right_after_it_is_written(env, tmp_pa
 
     _, prepared, _, _ = env
     plan = adapter.calibration_plan(prepared, StaticQuantConfig(), adapter.default_op_types("qdq"), tmp_path)
-    reduced, _, _ = write_extrema_model(plan.tap_model, list(plan.tensors), set(), tmp_path / "extrema.onnx", plan.graph_outputs)
+    reduced, _, _, _ = write_extrema_model(plan.tap_model, list(plan.tensors), set(), tmp_path / "extrema.onnx", plan.graph_outputs)
     nodes = onnx.load(str(tmp_path / "extrema.onnx")).graph.node
     written = {o: i for i, n in enumerate(nodes) for o in n.output}
     for n in reduced:
@@ -583,3 +583,75 @@ def test_ort_runtime_refuses_an_unknown_execution_order():
 
     with pytest.raises(ConfigError, match="execution_order: 'fastest' is not one of default, priority_based"):
         OrtRuntime(b"", execution_order="fastest")
+
+
+@pytest.mark.parametrize("cfg", [StaticQuantConfig(method="percentile"), StaticQuantConfig(method="percentile", calibration_symmetric=False)],
+                         ids=["absolute", "signed"])
+def test_percentile_read_by_tails_equals_reading_whole_bit_for_bit(env, cfg, tmp_path, monkeypatch):
+    """After the first image the percentile reads each tensor by its tails inside ORT (reading.TensorReader,
+    tap.Cut): exact min / max (and min|x|), and only the rows holding an element beyond the cut-offs. Its ranges and
+    histograms are those of reading every tensor whole, bit for bit, and the tails were read."""
+    from quantkit.quantize import fine_histogram, tap
+
+    root, model, cset, pre = env
+    seen: list[int] = []
+    real = tap.ExtremaSession.__init__
+
+    def spy(self, *a, **kw):
+        real(self, *a, **kw)
+        seen.append(len(self.tailed))
+
+    monkeypatch.setattr(tap.ExtremaSession, "__init__", spy)
+    tails = collect_ranges(model, CalibrationSetReader(cset, pre), cfg, workdir=_mkdir(tmp_path / "t"))
+    assert seen and seen[0] > 0.9 * len(tails.tensors.data)
+    monkeypatch.setattr(fine_histogram.FineHistogramState, "cut_for_tails", lambda self, name: None)
+    seen.clear()
+    whole = collect_ranges(model, CalibrationSetReader(cset, pre), cfg, workdir=_mkdir(tmp_path / "w"))
+    assert seen == []
+    assert set(tails.tensors.data) == set(whole.tensors.data)
+    assert tails.variable_shape == whole.variable_shape == ()  # the session's own row outputs are not calibrated tensors
+    for name, td in whole.tensors.data.items():
+        other = tails.tensors[name]
+        assert np.asarray(td.range_value).tobytes() == np.asarray(other.range_value).tobytes(), name
+        assert np.array_equal(td.hist, other.hist), name
+
+
+def test_percentile_tails_fall_back_to_whole_reading_on_nan(tmp_path, caplog):
+    """A NaN in a tensor read by its tails: the image is read again whole, and NaNs are dropped (as the whole
+    path does), so the range is that of the image without them."""
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Sqrt", ["x"], ["s"]), helper.make_node("Add", ["r", "s"], ["y"])]
+    g = helper.make_graph(nodes, "nan", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4096])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4096])])
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), str(model))
+    rng = np.random.default_rng(0)
+    batches = [rng.uniform(0.0, 4.0, (1, 4096)).astype(np.float32) for _ in range(3)]
+    batches[2][0, :7] = -1.0  # sqrt(-1) = NaN in s and y on the third image
+
+    class Reader:
+        def __init__(self):
+            self.i, self.s, self.e = 0, 0, len(batches)
+
+        def __len__(self):
+            return len(batches)
+
+        def set_range(self, s, e):
+            self.s, self.e, self.i = s, e, s
+
+        def get_next(self):
+            if self.i >= self.e:
+                return None
+            self.i += 1
+            return {"x": batches[self.i - 1]}
+
+    cfg = StaticQuantConfig(method="percentile", percentile=99.9, calibration_symmetric=False)
+    with caplog.at_level("INFO", logger="quantkit.quantize.reading"):
+        run = collect_ranges(model, Reader(), cfg, workdir=tmp_path, op_types=["Relu", "Sqrt", "Add"])
+    assert "NaN on an image" in caplog.text
+    clean = [b[b >= 0] for b in batches]
+    s_all = np.sqrt(np.concatenate(clean).astype(np.float32))
+    lo, hi = (float(v) for v in run.tensors["s"].range_value)
+    assert np.isfinite(lo) and np.isfinite(hi)
+    assert float(s_all.min()) <= lo <= hi <= float(s_all.max())

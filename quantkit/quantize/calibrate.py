@@ -11,12 +11,14 @@ tensors in parallel on a thread pool (:func:`fold_threads`):
 * MinMax (:class:`~.minmax.MinMaxState`): running min/max (``moving_average``: the per-image values ORT
   averages); exact, bit for bit. Each tensor's minimum and maximum are reduced inside ONNX Runtime
   (:class:`~.tap.ExtremaSession`, as ORT's ``MinMaxCalibrater`` does) instead of reading the tensor out (for the
-  PP-OCR detector at 640x640, 687 MB per image; :class:`_Reader`). Tensors whose range follows from another's
+  PP-OCR detector at 640x640, 687 MB per image; :mod:`.reading`). Tensors whose range follows from another's
   (:mod:`.derive`) are reduced on the first image only. Entropy with
   ``num_quantized_bins >= num_bins`` (ORT's defaults) is this too: its KL search has a single candidate, the
   MinMax range (:meth:`~.minmax.MinMaxState.entropy_histograms`); exact.
 * Percentile: one streaming pass (:class:`~.fine_histogram.FineHistogramState`), within a stated tolerance (one
-  ORT bin plus one fine bin), checked per tensor, a failing tensor recounted exactly in a second pass.
+  ORT bin plus one fine bin), checked per tensor, a failing tensor recounted exactly in a second pass. After the
+  first image each tensor is read by its tails inside ONNX Runtime (:mod:`.reading`): exact minimum and maximum,
+  and only the rows that hold an element beyond its cut-offs leave the session.
 * Distribution, and Entropy with ``num_quantized_bins < num_bins``: two streaming passes on ORT's one-call
   bins (:class:`~.histogram.HistogramState`); exact.
 
@@ -42,7 +44,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 import onnx
@@ -58,14 +60,13 @@ from .fine_histogram import FineHistogramState
 from .histogram import HistogramState
 from .minmax import MinMaxState
 from .outputs import ChannelRange, OutputChannels
-from .tap import ExtremaSession, TapSession
+from .reading import State, TensorReader
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_INTERVAL_S = 10.0
 #: ORT graph optimization level of the calibration session per ``calibration_graph``.
 CALIBRATION_LEVELS = {"exact": "disable", "optimized": "all"}
-State = Union[MinMaxState, HistogramState, FineHistogramState]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,21 +148,6 @@ def make_state(params: adapter.CalibratorParams, names: list[str], derivations: 
     return HistogramState(names, params.absolute, params.num_bins)
 
 
-def _fold(state: State, pass_no: int, names: list[str], outs: list[Any], pool: ThreadPoolExecutor | None,
-          channels: OutputChannels | None) -> None:
-    """Fold one inference's outputs (``names`` order) into ``state`` (and the graph outputs into ``channels``),
-    largest tensors first on ``pool``."""
-    jobs = [(outs[i].size, state.fold, (pass_no, names[i], outs[i])) for i in range(len(names))]
-    if channels is not None:
-        jobs += [(outs[i].size, channels.fold, (names[i], outs[i])) for i in range(len(names)) if names[i] in channels.names]
-    if pool is None:
-        for _, fn, args in jobs:
-            fn(*args)
-        return
-    for f in [pool.submit(fn, *args) for _, fn, args in sorted(jobs, key=lambda j: -j[0])]:
-        f.result()
-
-
 @contextlib.contextmanager
 def _pool(threads: int) -> Iterator[ThreadPoolExecutor | None]:
     pool = ThreadPoolExecutor(threads, thread_name_prefix="quantkit-fold") if threads > 1 else None
@@ -208,7 +194,7 @@ class _Pass:
         if not names:
             return 0
         starts = range(first, self.n_batches, self.chunk)
-        reader = _Reader(self.tap_model, names, state, pool, channels, self.level, self.graph_outputs)
+        reader = TensorReader(self.tap_model, names, state, pool, channels, self.level, self.graph_outputs)
         try:
             for s in progress(starts, total=len(starts), desc=self.desc, unit="chunk"):
                 e = min(s + self.chunk, self.n_batches)
@@ -228,62 +214,6 @@ class _Pass:
         finally:
             reader.close()
         return len(starts)
-
-
-class _Reader:
-    """Reads one inference's calibrated tensors into the state.
-
-    A MinMax-like state reads through :class:`~.tap.ExtremaSession`: each tensor's minimum and maximum reduced
-    inside ONNX Runtime, as ORT's ``MinMaxCalibrater`` does, and the graph outputs whole; no tensor is read out, so
-    peak memory does not hold one inference's tensors. The derivations are checked on the first image's extremes,
-    and the session then reads only the tensors not derived. Other states read every tensor whole through the tap
-    model. NaN: numpy's ``fmin`` / ``fmax`` ignore it, ORT's ``ReduceMin`` does not (:class:`~.tap.ExtremaSession`),
-    so an image on which a reduction gives NaN, or a graph output holds one, is read again whole. A NaN that
-    neither shows gives ORT's calibrator's own range.
-    """
-
-    def __init__(self, tap_model: Path, names: list[str], state: State, pool: ThreadPoolExecutor | None,
-                 channels: OutputChannels | None, level: str, graph_outputs: tuple[str, ...]) -> None:
-        self.tap_model, self.state, self.pool, self.channels = tap_model, state, pool, channels
-        self.level, self.graph_outputs = level, graph_outputs
-        self.dynamic_names: set[str] = set()
-        self.session = self._open(names)
-
-    def _open(self, names: list[str]) -> TapSession | ExtremaSession:
-        self.names = names
-        if isinstance(self.state, MinMaxState):
-            full = set(self.channels.names) if self.channels is not None else set()
-            return ExtremaSession(self.tap_model, names, full=full, graph_outputs=self.graph_outputs, level=self.level).__enter__()
-        return TapSession(self.tap_model, names, level=self.level).__enter__()
-
-    def read(self, pass_no: int, feed: dict[str, Any]) -> None:
-        if isinstance(self.session, ExtremaSession):
-            self._read_extremes(pass_no, feed)
-        else:
-            _fold(self.state, pass_no, self.names, self.session.run(feed), self.pool, self.channels)
-        self.state.settle()
-        self.dynamic_names |= self.session.dynamic_names
-        if self.state.pass_names(pass_no) != self.names:  # fewer tensors to read from now on (derived ranges)
-            self.session.__exit__(None, None, None)
-            self.session = self._open(self.state.pass_names(pass_no))
-
-    def _read_extremes(self, pass_no: int, feed: dict[str, Any]) -> None:
-        assert isinstance(self.session, ExtremaSession) and isinstance(self.state, MinMaxState)
-        extremes, whole = self.session.run(feed)
-        wanted = set(self.names)
-        mine = [n for n in whole if n in wanted]
-        if mine:
-            _fold(self.state, pass_no, mine, [whole[n] for n in mine], self.pool, self.channels)
-        if any(np.isnan(v).any() for v in whole.values() if v.dtype.kind == "f") or any(np.isnan(a) or np.isnan(b) for a, b in extremes.values()):
-            log.info("calibration: NaN on an image; reading its %d reduced tensors whole", len(extremes))
-            with TapSession(self.tap_model, list(extremes), level=self.level) as tap:
-                _fold(self.state, pass_no, list(extremes), tap.run(feed), self.pool, None)
-            return
-        for n, (lo, hi) in extremes.items():
-            self.state.fold_extremes(n, lo, hi)
-
-    def close(self) -> None:
-        self.session.__exit__(None, None, None)
 
 
 def _ranges(plan: adapter.CalibrationPlan, state: State, dynamic: set[str]) -> tuple[Any, tuple[str, ...]]:

@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from .histogram import HistogramState, array_to_scalars, scalars_to_array
-from .minmax import BLOCK
 
 
 class FineHistogramState:
@@ -34,12 +33,14 @@ class FineHistogramState:
     exactly: the grids nest), so ``t <= T < 2t`` for the final ``t = max|x|``.
 
     Only the tails are counted at full resolution after the first batch: the first batch is counted whole and
-    sets cut-offs holding ``tail`` of its elements per side (``max(TAIL, 1000 x`` the fraction the percentile
+    sets cut-offs holding ``tail`` of its elements per side (``max(TAIL, 100 x`` the fraction the percentile
     cuts``)``, all elements when that reaches 1/2); later batches add to the fine grid only the elements beyond the
-    cut-offs (``x <= lo`` or ``x >= hi``; absolute ``|x| >= c``) and count the rest as one number. That is what
-    makes this one pass cheap: a few streaming passes over each tensor (min, max, ``|x|`` and ``min|x|``
-    where signs need them, compares, a select) instead of a histogram of every element. At the end the fine bins wholly beyond the cut-offs are exact;
-    the others' mass is lumped into the first bin inside them.
+    cut-offs (``x <= lo`` or ``x >= hi``; absolute ``|x| >= c``) and count the rest as one number, so that only
+    the rows holding tail elements need leave ONNX Runtime (:meth:`fold_tails`, :mod:`quantkit.quantize.reading`).
+    At the end the fine bins wholly beyond the cut-offs are exact; the others' mass is lumped into the first bin
+    inside them. No threshold depends on where the cut-offs lie while the check below holds (the cumulative counts
+    at edges beyond them are exact either way); cut-offs nearer the tail make it fail (a recount) when the later
+    images' tails are lighter than the first's: ``100 x``, here, by a factor of about 100 on average.
 
     ``histogram_dict`` interpolates the cumulative fine counts at ORT's one-call edges (taken from
     ``np.histogram`` itself, so they are exact: ``linspace(-t, t, num_bins + 1)``, absolute
@@ -64,14 +65,14 @@ class FineHistogramState:
 
     passes = 2  # pass 2 runs only for tensors in `repair` (usually none)
     FINE = 8
-    TAIL = 0.01
+    TAIL = 0.001
 
     def __init__(self, names: list[str], num_bins: int, absolute: bool, need: float) -> None:
         self.names = names
         self.num_bins = num_bins
         self.absolute = absolute
         self.need = need  # fraction of elements beyond ORT's threshold, per side; 0.0: counts do not matter (entropy)
-        self.tail = min(0.5, max(self.TAIL, 1000.0 * need))
+        self.tail = min(0.5, max(self.TAIL, 100.0 * need))
         self.fine = self.FINE * num_bins
         self.zero_bin = 0 if absolute else self.fine // 2  # fine bin holding 0
         self.stats: dict[str, list[Any]] = {}  # name -> [min, max, min|x|] (data dtype scalars)
@@ -196,51 +197,56 @@ class FineHistogramState:
         self.counts[name] += self._bins(sel, half)
 
     def _update_blocked(self, name: str, a: Any) -> bool:
-        """:meth:`update` for a batch after the first (cut-offs known), reading ``a`` once in blocks of
-        :data:`~quantkit.quantize.minmax.BLOCK` elements: min, max, min|x| and the tail selection of a block are
-        taken while it is in cache, and a block wholly inside the cut-offs is not compared at all. The same state
-        as the whole-array path, bit for bit (same elements selected, in the same order). Returns False, having
-        changed nothing, when a block holds a NaN (the whole-array path drops NaNs)."""
-        old, cut = self.stats[name], self.cut.get(name)
-        need_amin = self.absolute and old[2] > 0  # once min|x| is 0 it stays 0
-        mn = mx = amin = None
-        picked = []
-        scratch = self._buffers(min(a.size, BLOCK))[0]
-        for s in range(0, a.size, BLOCK):
-            b = a[s:s + BLOCK]
-            bmn, bmx = np.min(b), np.max(b)
-            if np.isnan(bmn) or np.isnan(bmx):
-                return False
-            mn, mx = (bmn, bmx) if mn is None else (min(mn, bmn), max(mx, bmx))
-            if need_amin:
-                bam = abs(bmn) if bmn >= 0 else abs(bmx) if bmx <= 0 else np.min(np.absolute(b, out=scratch[: b.size], casting="unsafe")).astype(bmn.dtype)
-                amin = bam if amin is None else min(amin, bam)
-            if self.need == 0.0 or cut is None:
-                continue
-            if self.absolute:
-                if bmx < cut[1] and bmn > -cut[1]:
-                    continue
-                ab = np.absolute(b, out=scratch[: b.size], casting="unsafe")
-                picked.append(ab[ab >= cut[1]])
-            elif bmn > cut[0] and bmx < cut[1]:
-                continue
-            else:
-                picked.append(b[(b <= cut[0]) | (b >= cut[1])])
+        """:meth:`fold_tails` on a whole tensor; False, having changed nothing, when it holds a NaN (:meth:`update` drops them)."""
+        mn, mx = np.min(a), np.max(a)
+        if np.isnan(mn) or np.isnan(mx):
+            return False
+        amin = np.min(np.absolute(a)) if self.absolute and self.stats[name][2] > 0 and mn < 0 < mx else None
+        self.fold_tails(name, mn, mx, a.size, a, amin)
+        return True
+
+    def cut_for_tails(self, name: str) -> tuple[Any, Any, bool] | None:
+        """``(lo, hi, amin)`` to read ``name`` by its tails (:meth:`fold_tails`): ``x <= lo`` or ``x >= hi`` (absolute:
+        ``lo`` None, ``|x| >= hi``); ``amin``: ``min|x|`` still needed. None: read it whole (no cut-offs yet)."""
+        cut = self.cut.get(name)
+        if self.half.get(name, 0.0) <= 0.0 or self.need == 0.0 or cut is None:
+            return None
+        if self.absolute:
+            return None, cut[1], bool(self.stats[name][2] > 0)
+        return cut[0], cut[1], False
+
+    def fold_tails(self, name: str, mn: Any, mx: Any, size: int, rows: Any, amin: Any = None) -> None:
+        """Fold one batch's tensor read by its tails (:class:`quantkit.quantize.tap.ExtremaSession`): exact ``mn`` /
+        ``mx`` (0-d, data dtype), element count ``size``, ``rows`` (any shape) holding at least every element beyond
+        :meth:`cut_for_tails`' cut-offs, ``amin`` (``min |x|``) where that asked for it. The state :meth:`update` gives
+        on the whole tensor, bit for bit (the same elements selected: ``|x| >= c`` is ``x >= c or x <= -c``). The
+        caller reads a batch that shows a NaN whole. Raises ValueError on an infinite value (as :meth:`update`)."""
+        if size == 0:
+            return
+        (old, cut), mn, mx = (self.stats[name], self.cut.get(name)), np.asarray(mn)[()], np.asarray(mx)[()]
         t = float(max(abs(mn), abs(mx)))
         if not np.isfinite(t):
             raise ValueError(f"tensor {name!r} has an infinite value; its histogram range is not finite")
-        self.stats[name] = [min(old[0], mn), max(old[1], mx), min(old[2], amin if amin is not None else mn.dtype.type(0))]
+        am = old[2]
+        if self.absolute and old[2] > 0:
+            am = abs(mn) if mn >= 0 else abs(mx) if mx <= 0 else np.asarray(amin)[()].astype(mn.dtype)
+        self.stats[name] = [min(old[0], mn), max(old[1], mx), min(old[2], am)]
         if t == 0.0:  # all zeros: exact wherever bin 0 is
-            self.counts[name][self.zero_bin] += a.size
-            return True
+            self.counts[name][self.zero_bin] += size
+            return
         self._widen(name, t)
-        if self.need == 0.0:  # entropy: the range reads no counts (see the class docstring)
-            self.bulk[name] += a.size
-            return True
-        sel = np.concatenate(picked) if picked else np.empty(0, np.float32)
-        self.bulk[name] += a.size - sel.size
+        if self.need == 0.0:  # the range reads no counts (see the class docstring)
+            self.bulk[name] += size
+            return
+        v = np.asarray(rows, np.float32).reshape(-1)
+        assert cut is not None
+        if self.absolute:
+            v = np.absolute(v)
+            sel = v[v >= cut[1]]
+        else:
+            sel = v[(v <= cut[0]) | (v >= cut[1])]
+        self.bulk[name] += size - sel.size
         self.counts[name] += self._bins(sel, self.half[name])
-        return True
 
     def _widen(self, name: str, t: float) -> None:
         """Widen the fine grid by 2**k until it covers ``t``: old fine bin j falls in ``zero_bin + floor((j - zero_bin) / 2**k)``."""
