@@ -36,6 +36,7 @@ _YAML_BOOLS = {"true": True, "yes": True, "on": True, "y": True, "false": False,
 """YAML 1.1 boolean spellings (yaml.org/type/bool.html), lower-cased; PyYAML reads these (any case) as booleans."""
 _BOOL_WHY = "YAML 1.1 reads unquoted yes/no/on/off/true/false as booleans"
 _EXPECTED = {int: "an integer", float: "a number", str: "a string"}
+_FIELD_MESSAGE = re.compile(r"[A-Za-z_][\w.\[\]]*: ")
 _NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
@@ -204,7 +205,14 @@ class Config:
         missing = [n for n, f in fields.items() if n not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
         if missing:
             raise ConfigError(f"{where}: required option {missing[0]!r} is missing")
-        return cls(**kwargs)
+        try:
+            return cls(**kwargs)
+        except ConfigError as e:  # validate() names only "field: ..."; say which section it is in
+            msg, section = str(e), where.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
+            msg = msg[len(section) + 1:] if msg.startswith(section + ".") else msg
+            if not _FIELD_MESSAGE.match(msg) or msg.split(":", 1)[0].split(".", 1)[0] not in fields:
+                raise
+            raise type(e)(f"{where}.{msg}") from None
 
     def replace(self: C, **changes: Any) -> C:
         """Return a copy with ``changes`` applied and validated (strict, like ``from_dict``)."""

@@ -150,3 +150,16 @@ def test_config_types_are_the_dtypes_table():
     from quantkit.quantize.config import QType
 
     assert get_args(QType) == QUANT_TYPE_NAMES
+
+
+def test_a_value_out_of_range_is_named_with_its_file_and_section(tmp_path):
+    """validate() names only the field; the error a user sees names the params file and the section too."""
+    from quantkit.config import config_from_params
+    from quantkit.intake.prepare import IntakeConfig
+
+    p = tmp_path / "params.yaml"
+    p.write_text("quantize: {max_images: 0}\nmodels:\n  m:\n    intake: {input_size: [0, 320]}\n")
+    with pytest.raises(ConfigError, match=r"^.*params\.yaml:quantize\.max_images: 0 must be >= 1"):
+        config_from_params(StaticQuantConfig, p, "quantize")
+    with pytest.raises(ConfigError, match=r"^.*params\.yaml:models\.m\.intake\.input_size: \[0, 320\] must be positive"):
+        config_from_params(IntakeConfig, p, "intake", model="m")

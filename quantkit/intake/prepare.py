@@ -95,7 +95,9 @@ class IntakeConfig(Config):
             pre = data.get("preprocessing")
             if pre is None or isinstance(pre, dict):
                 pre = dict(pre or {})
-                pre.setdefault("input_size", list(data.get("input_size", (640, 640))))
+                size = data.get("input_size", (640, 640))
+                if isinstance(size, (list, tuple)) and all(isinstance(v, int) and v > 0 for v in size):  # else intake.input_size is refused
+                    pre.setdefault("input_size", list(size))
                 data["preprocessing"] = pre
         return super().from_dict(data, where=where or "intake")
 
