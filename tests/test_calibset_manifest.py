@@ -214,7 +214,7 @@ def test_cli_bad_input_one_line_error_nonzero_exit_no_output(tmp_path: Path, cap
     assert not (folder / "manifest.json").exists()
     assert main(["calibset", "register", str(folder), "--name", "bad", "--on-error", "skip"]) == 0
     assert main(["calibset", "show", str(tmp_path / "nope")]) == 2
-    assert "no manifest.json" in capsys.readouterr().err
+    assert "nope: no such folder" in capsys.readouterr().err
 
 
 def test_cli_register_with_labels_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -35,7 +35,7 @@ def test_compose_spreads_picks_and_records_the_composition(env, tmp_path, capsys
     (["--from", "{a}:99"], "asked for 99 images, the set has 6"),
     (["--from", "{a}:x"], "expected SET or SET:N"),
     (["--from", "{a}", "--from", "{a}:2"], "source set names must differ"),
-    (["--from", "{root}/nope"], "no manifest.json"),
+    (["--from", "{root}/nope"], "nope: no such folder"),
     (["--from", "{a}", "--name", "x/y"], "use letters, digits and . _ + - only"),
 ])
 def test_compose_errors_write_nothing(env, tmp_path, capsys, args, msg):

@@ -163,3 +163,16 @@ def test_a_value_out_of_range_is_named_with_its_file_and_section(tmp_path):
         config_from_params(StaticQuantConfig, p, "quantize")
     with pytest.raises(ConfigError, match=r"^.*params\.yaml:models\.m\.intake\.input_size: \[0, 320\] must be positive"):
         config_from_params(IntakeConfig, p, "intake", model="m")
+
+
+@pytest.mark.parametrize("fields, match", [
+    ({"method": "percentile", "percentile": 100}, "percentile: 100 does not give the full range.*use method: minmax"),
+    ({"method": "percentile", "percentile": 1e-9}, r"percentile: 1e-09 must be in \[50, 100\)"),
+    ({"method": "percentile", "num_bins": 1}, "num_bins: 1 must be >= 2"),
+    ({"method": "entropy", "num_bins": 64}, r"num_bins: 64 is below num_quantized_bins \(default 128\)"),
+])
+def test_degenerate_histogram_settings_are_refused(fields, match):
+    """Found by trying the CLI on the rapidocr classifier: these ran into ORT internals (num_bins 1: a tuple ORT's
+    TensorsData rejects; entropy num_bins < 128: negative dimensions) or gave a range narrower than at 99.999 (100)."""
+    with pytest.raises(UnsupportedOptionError, match=match):
+        StaticQuantConfig.from_dict(fields)

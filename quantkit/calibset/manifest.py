@@ -123,6 +123,8 @@ class CalibrationSet:
         root = Path(folder)
         mpath = root / MANIFEST
         if not mpath.is_file():
+            if not root.is_dir():
+                raise CalibrationSetError(f"{root}: no such folder; check the calibration set's path")
             raise CalibrationSetError(f"{root}: no {MANIFEST}; register the folder with 'quantkit calibset register {root} --name NAME'")
         try:
             data = read_json(mpath, "set manifest")

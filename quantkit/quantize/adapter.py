@@ -293,11 +293,13 @@ class CalibrationPlan:
 def calibration_plan(model_path: str | Path, config: StaticQuantConfig, op_types: list[str], workdir: str | Path) -> CalibrationPlan:
     """Select the tensors ORT's calibrator would calibrate (``CalibraterBase.select_tensors_to_calibrate``: inputs
     and outputs of nodes of ``op_types``, float, not initializers, on the shape-inferred model) and write the tap
-    model as ``HistogramCalibrater.augment_graph`` does, to ``workdir/tap_model.onnx``. No session is created."""
+    model as ``HistogramCalibrater.augment_graph`` does, to ``workdir/tap_model.onnx`` (``workdir`` is made when missing).
+    No session is created."""
     import onnx
     from onnxruntime.quantization.calibrate import CalibraterBase
 
     tap = Path(workdir) / "tap_model.onnx"
+    tap.parent.mkdir(parents=True, exist_ok=True)
     base = CalibraterBase(Path(model_path), op_types_to_calibrate=op_types, augmented_model_path=str(tap))
     tensors, value_infos = base.select_tensors_to_calibrate(base.model)
     model = base.model

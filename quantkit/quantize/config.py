@@ -102,7 +102,7 @@ class StaticQuantConfig(_Common):
         reduce_range: 7-bit weights for non-VNNI CPUs (``reduce_range``).
         calibration_symmetric: make calibrated ranges symmetric around 0 (``CalibTensorRangeSymmetric``);
             None = the calibrator's default (True for percentile, False otherwise); not for distribution.
-        percentile: percentile method only, in (0, 100] (default 99.999) (``CalibPercentile``).
+        percentile: percentile method only, in [50, 100) (default 99.999) (``CalibPercentile``); 100 is refused (use minmax).
         num_bins: histogram methods only (defaults entropy 128, percentile/distribution 2048;
             distribution needs >= 512).
         num_quantized_bins: entropy only (default 128).
@@ -117,10 +117,13 @@ class StaticQuantConfig(_Common):
             calibrators do, and the ranges equal theirs bit for bit; ``optimized``: at ORT's ``all`` level (the
             level a model is deployed at: convolutions in ORT's blocked NCHWc layout, a different summation order),
             0.088 against 0.101 s per image for MinMax on the PP-OCR detector at 640x640 on 2 cores (medians of 3,
-            ``bench/bench_calibration.py --impl quantkit quantkit-optimized``), ranges that differ from
-            ORT's calibrators by float rounding only (at most 5e-6 relative on the PP-OCR detector at 640x640; a
-            test bounds them at 1e-4) and so scales that may differ in their last bits, and a zero point that may move
-            by one step where it sits on a rounding tie (symmetric histogram ranges: 127 or 128).
+            ``bench/bench_calibration.py --impl quantkit quantkit-optimized``). Tensor values then differ from
+            what ORT's calibrators read by float rounding only: MinMax ranges (and Entropy's with ORT's default bins)
+            by at most 5e-6 relative on the PP-OCR detector at 640x640 (a test bounds them at 1e-4), so scales that
+            may differ in their last bits and a zero point that may move by one step where it sits on a rounding tie
+            (symmetric histogram ranges: 127 or 128). A method that picks a histogram edge (Percentile; Entropy
+            whose KL search has candidates, ``num_bins > num_quantized_bins``) may pick another edge from such tiny
+            differences: measured on the PP-OCR recognizer, Entropy with 2048 bins moved one tensor's range by 7 %.
         nodes_to_exclude / node_patterns_to_exclude (regex, full match) / op_types_to_exclude: kept in
             float (``nodes_to_exclude`` / ``op_types_to_quantize``); each must match the model.
         op_types_to_quantize: empty = every op type ORT's QDQ and QLinear registries know.
@@ -173,13 +176,19 @@ def check_static(c: StaticQuantConfig) -> None:
     if c.percentile is not None:
         if m != "percentile":
             raise UnsupportedOptionError(f"percentile: only used by method 'percentile' (ORT ignores it with {m!r}); remove it or set method: percentile")
-        if not 0 < c.percentile <= 100:
-            raise UnsupportedOptionError(f"percentile: {c.percentile} must be in (0, 100]")
+        if c.percentile == 100:
+            raise UnsupportedOptionError("percentile: 100 does not give the full range (ORT's percentile takes the first histogram edge whose "
+                                         "cumulative share rounds to 1.0, below the maximum on many tensors); use method: minmax")
+        if not 50 <= c.percentile < 100:
+            raise UnsupportedOptionError(f"percentile: {c.percentile} must be in [50, 100) (the share of values a range keeps, e.g. 99.999)")
     if c.num_bins is not None:
         if m == "minmax":
             raise UnsupportedOptionError("num_bins: only used by histogram methods (entropy, percentile, distribution); remove it for minmax")
-        if c.num_bins < 1:
-            raise UnsupportedOptionError(f"num_bins: {c.num_bins} must be >= 1")
+        if c.num_bins < 2:
+            raise UnsupportedOptionError(f"num_bins: {c.num_bins} must be >= 2")
+        if m == "entropy" and c.num_quantized_bins is None and c.num_bins < 128:
+            raise UnsupportedOptionError(f"num_bins: {c.num_bins} is below num_quantized_bins (default 128), which ORT's entropy "
+                                         "calibrator cannot search; raise num_bins or set num_quantized_bins <= num_bins")
         if m == "distribution" and c.num_bins < 512:
             raise UnsupportedOptionError(f"num_bins: {c.num_bins} < 512, which ORT's distribution calibrator rejects; use >= 512")
     if c.num_quantized_bins is not None:
