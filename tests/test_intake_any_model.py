@@ -244,3 +244,19 @@ def test_real_models_with_their_documented_preprocessing(tmp_path, capsys, name)
     r = json.loads((tmp_path / "o" / "intake.json").read_text())
     assert r["numeric_check"]["passed"] and r["note_check"]["ok"] and r["note_check"]["verdicts"]["layout"] == "ok"
     assert r["note_check"]["untested_reason"].startswith("no probe: db_text: first output")
+
+
+def test_an_input_size_that_cannot_fit_in_memory_is_refused_before_anything_runs(tmp_path, capsys):
+    """At 60000x60000 one Conv's input and output take 28.8 + 14.4 GB: more than this machine has. Intake names the
+    setting to lower in one line (exit non-zero, nothing written) instead of being killed by the OOM killer."""
+    from quantkit.intake.graph import check_memory, machine_memory
+
+    side = 60000 if machine_memory() < 40e9 else 200000
+    rc, out, err = _intake(tmp_path, conv_map(1), f"  input_size: [{side}, {side}]\n  preprocessing: {{channels: 1, mean: [0.5], std: [0.5]}}\n", capsys)
+    assert rc != 0 and err.count("\n") == 1, err
+    assert f"lower intake.input_size [{side}, {side}]" in err and "Traceback" not in err
+    assert not (tmp_path / "out-m").exists()
+    m = onnx.shape_inference.infer_shapes(_model([1, 1, 100, 100], conv_map(1).graph.node, None, [_w("w", (1, 1, 3, 3))]))
+    check_memory(m, "m.onnx", "intake.input_size [100, 100]", memory=10**6)  # 80 kB: fits
+    with pytest.raises(Exception, match=r"m\.onnx: at intake.input_size \[100, 100\] one inference needs at least 0\.0 GB"):
+        check_memory(m, "m.onnx", "intake.input_size [100, 100]", memory=50_000)

@@ -131,6 +131,50 @@ def infer_shapes(model: Any, path: str) -> Any:
         raise ModelError(f"{path}: shape inference fails at the fixed input shape ({first}); check intake.input_size or re-export") from None
 
 
+#: Share of the machine's memory one inference's two largest tensors may take before intake refuses the input size.
+MEMORY_SHARE = 0.8
+_BYTES = {1: 4, 10: 2, 11: 8, 16: 2}  # TensorProto FLOAT, FLOAT16, DOUBLE, BFLOAT16
+
+
+def machine_memory() -> int:
+    """Bytes of memory this process may use: physical memory, or the cgroup v2 limit (``memory.max``) when lower."""
+    import os
+
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+    except OSError:
+        return total
+    return min(total, int(limit)) if limit.isdigit() else total
+
+
+def check_memory(model: Any, path: str, where: str, memory: int | None = None) -> None:
+    """Refuse an input size at which one inference cannot fit in memory, before anything runs at it (the OOM
+    killer would end the process without a word). Estimate: the two largest float tensors of the shape-inferred
+    ``model`` (an operator's input and output are alive together); refused above :data:`MEMORY_SHARE` of
+    ``memory`` (default :func:`machine_memory`). Tensors with a dimension still unknown are not counted.
+
+    Raises:
+        ModelError: the estimate exceeds the share; names ``where`` (the setting to lower) and both sizes in GB.
+    """
+    sizes = []
+    for v in (*model.graph.input, *model.graph.value_info, *model.graph.output):
+        t = v.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else 0 for d in t.shape.dim] if t.HasField("shape") else [0]
+        if t.elem_type in _BYTES and all(d > 0 for d in dims):
+            n = _BYTES[t.elem_type]
+            for d in dims:
+                n *= d
+            sizes.append((n, v.name))
+    sizes.sort(reverse=True)
+    need = sum(n for n, _ in sizes[:2])
+    memory = machine_memory() if memory is None else memory
+    if need > MEMORY_SHARE * memory:
+        raise ModelError(f"{path}: at {where} one inference needs at least {need / 1e9:.1f} GB (its two largest tensors, "
+                         f"{sizes[0][1]!r} {sizes[0][0] / 1e9:.1f} GB), more than {MEMORY_SHARE:.0%} of this machine's {memory / 1e9:.1f} GB; "
+                         f"lower {where}")
+
+
 def check_runtime_loads(model: Any, path: str, custom_domains: tuple[str, ...] = ()) -> None:
     """Load ``model`` in ONNX Runtime (CPU) without ORT printing anything.
 

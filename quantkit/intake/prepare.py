@@ -30,7 +30,7 @@ from ..modelio import load_model, opset_of
 from ..note import ExportNote, Preprocessing, Provenance
 from ..versions import tool_versions
 from .inspect import InspectReport, inspect_model
-from .graph import NODE_NAME_RULE, check_runtime_loads, detect_framework, fix_input_shape, infer_shapes, name_unnamed_nodes, ort_pre_process
+from .graph import NODE_NAME_RULE, check_memory, check_runtime_loads, detect_framework, fix_input_shape, infer_shapes, name_unnamed_nodes, ort_pre_process
 from .notecheck import NoteCheckReport, check_note
 from .probes import Probe, ProbeContext, select_probe, text_probe
 from .opset import ConversionLog, NumericCheck, convert_opset, verify_conversion
@@ -230,6 +230,7 @@ def intake(model_path: str | Path, config: IntakeConfig, out: str | Path, task: 
     converted, conv_log = convert_opset(fixed, target, method=config.conversion, name=path)
     steps = ["onnx.shape_inference.infer_shapes(strict_mode=True, data_prop=True)"]
     prepared = infer_shapes(converted, path)
+    check_memory(prepared, path, f"intake.input_size {list(pre.input_size)}")
     check_runtime_loads(prepared, path, before.custom_domains)
     feeds, sample_digest = _samples(config)
 
