@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from .histogram import HistogramState, array_to_scalars, scalars_to_array
+from .minmax import blocked_tails
 
 
 class FineHistogramState:
@@ -197,13 +198,13 @@ class FineHistogramState:
         self.counts[name] += self._bins(sel, half)
 
     def _update_blocked(self, name: str, a: Any) -> bool:
-        """:meth:`fold_tails` on a whole tensor; False, having changed nothing, when it holds a NaN (:meth:`update` drops them)."""
-        mn, mx = np.min(a), np.max(a)
-        if np.isnan(mn) or np.isnan(mx):
-            return False
-        amin = np.min(np.absolute(a)) if self.absolute and self.stats[name][2] > 0 and mn < 0 < mx else None
-        self.fold_tails(name, mn, mx, a.size, a, amin)
-        return True
+        """:meth:`fold_tails` on a whole tensor read once in blocks (:func:`.minmax.blocked_tails`); False on a NaN."""
+        cut = self.cut.get(name) if self.need > 0.0 else None
+        lo, hi = (None, None) if cut is None else (-cut[1] if self.absolute else cut[0], cut[1])
+        got = blocked_tails(a, lo, hi, self.absolute and self.stats[name][2] > 0)
+        if got is not None:
+            self.fold_tails(name, got[0], got[1], a.size, got[3], got[2])
+        return got is not None
 
     def cut_for_tails(self, name: str) -> tuple[Any, Any, bool] | None:
         """``(lo, hi, amin)`` to read ``name`` by its tails (:meth:`fold_tails`): ``x <= lo`` or ``x >= hi`` (absolute:
@@ -227,9 +228,8 @@ class FineHistogramState:
         t = float(max(abs(mn), abs(mx)))
         if not np.isfinite(t):
             raise ValueError(f"tensor {name!r} has an infinite value; its histogram range is not finite")
-        am = old[2]
-        if self.absolute and old[2] > 0:
-            am = abs(mn) if mn >= 0 else abs(mx) if mx <= 0 else np.asarray(amin)[()].astype(mn.dtype)
+        needed = self.absolute and old[2] > 0  # once min|x| is 0 it stays 0
+        am = (abs(mn) if mn >= 0 else abs(mx) if mx <= 0 else np.asarray(amin)[()].astype(mn.dtype)) if needed else old[2]
         self.stats[name] = [min(old[0], mn), max(old[1], mx), min(old[2], am)]
         if t == 0.0:  # all zeros: exact wherever bin 0 is
             self.counts[name][self.zero_bin] += size

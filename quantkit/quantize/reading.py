@@ -23,7 +23,7 @@ gives ORT's MinMax calibrator's own range (its reductions are the same); ORT's h
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,7 @@ State = MinMaxState | HistogramState | FineHistogramState
 
 
 def fold(state: State, pass_no: int, names: list[str], outs: list[Any], pool: ThreadPoolExecutor | None,
-         channels: OutputChannels | None, extra: list[tuple[int, Callable[..., None], tuple[Any, ...]]] = ()) -> None:  # type: ignore[assignment]
+         channels: OutputChannels | None, extra: Sequence[tuple[int, Callable[..., None], tuple[Any, ...]]] = ()) -> None:
     """Fold one inference's outputs (``names`` order) into ``state`` (and the graph outputs into ``channels``), and run
     the ``extra`` jobs ``(size, fn, args)``, largest first on ``pool``."""
     jobs = [(outs[i].size, state.fold, (pass_no, names[i], outs[i])) for i in range(len(names))] + list(extra)
@@ -128,25 +128,20 @@ class TensorReader:
             self._reopen(self.names)
             fold(self.state, pass_no, self.names, self.session.run(feed), self.pool, self.channels)
             return
-        if _has_nan(extremes, whole):
-            log.info("calibration: NaN on an image; reading its %d reduced tensors whole", len(extremes))
-            wanted = set(self.names)
-            mine = [n for n in whole if n in wanted]
-            fold(self.state, pass_no, mine, [whole[n] for n in mine], self.pool, self.channels)
-            with TapSession(self.tap_model, list(extremes), level=self.level) as tap:
-                fold(self.state, pass_no, list(extremes), tap.run(feed), self.pool, None)
-            return
         wanted = set(self.names)
         mine = [n for n in whole if n in wanted]
-        if isinstance(self.state, FineHistogramState):
-            st = self.state
-            extra = [(t.rows.size, st.fold_tails, (n, *extremes[n], t.size, t.rows, t.amin)) for n, t in tails.items()]
-            fold(self.state, pass_no, mine, [whole[n] for n in mine], self.pool, self.channels, extra)
-            return
-        assert isinstance(self.state, MinMaxState)
-        fold(self.state, pass_no, mine, [whole[n] for n in mine], self.pool, self.channels)
-        for n, (lo, hi) in extremes.items():
-            self.state.fold_extremes(n, lo, hi)
+        nan = _has_nan(extremes, whole)
+        extra = []
+        if not nan and isinstance(self.state, FineHistogramState):
+            extra = [(t.rows.size, self.state.fold_tails, (n, *extremes[n], t.size, t.rows, t.amin)) for n, t in tails.items()]
+        fold(self.state, pass_no, mine, [whole[n] for n in mine], self.pool, self.channels, extra)
+        if nan:
+            log.info("calibration: NaN on an image; reading its %d reduced tensors whole", len(extremes))
+            with TapSession(self.tap_model, list(extremes), level=self.level) as tap:
+                fold(self.state, pass_no, list(extremes), tap.run(feed), self.pool, None)
+        elif isinstance(self.state, MinMaxState):
+            for n, (lo, hi) in extremes.items():
+                self.state.fold_extremes(n, lo, hi)
 
     def close(self) -> None:
         self.session.__exit__(None, None, None)

@@ -250,7 +250,8 @@ def write_extrema_model(tap_model: str | os.PathLike[str], names: list[str], ful
         reduced = [n for n in reduced if n in rows]
     kept = set(reduced)
     whole = [n for n in names if n not in kept]
-    whole += [n for n in graph_outputs if n not in set(whole) and n in declared]
+    listed = set(whole)
+    whole += [n for n in graph_outputs if n not in listed and n in declared]
     del g.output[:]
     g.output.extend([declared[n] for n in whole if n in declared])
     shapes = {n: declared_shape(declared[n]) for n in reduced}
@@ -314,6 +315,7 @@ class ExtremaSession:
                         + [n + ROWS_SUFFIX for n in self.tailed] + [n + AMIN_SUFFIX for n in self.amin])
         self.tap.names = self.whole + self.outputs
         self.variable = {n for n in self.reduced if self.declared[n] is None}
+        self._whole = set(self.whole)
 
     def __enter__(self) -> ExtremaSession:
         self.tap.__enter__()
@@ -325,7 +327,7 @@ class ExtremaSession:
     @property
     def dynamic_names(self) -> set[str]:
         """The calibrated tensors seen at a variable shape (not this model's own outputs, e.g. the tails' rows)."""
-        return (self.tap.dynamic_names & set(self.whole)) | self.variable
+        return (self.tap.dynamic_names & self._whole) | self.variable
 
     def run(self, feed: dict[str, np.ndarray]) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], dict[str, np.ndarray], dict[str, Tails]]:
         outs = self.tap.run(feed)
