@@ -47,7 +47,7 @@ def _feeds(cset: Path, intake: Path, n: int) -> list[dict[str, np.ndarray]]:
 
     reader = CalibrationSetReader(CalibrationSet.load(cset), ExportNote.load(intake / "export_note.json").preprocessing)
     reader.set_range(0, min(n, len(reader)))
-    return [f for f in iter(reader.get_next, None)]
+    return list(iter(reader.get_next, None))
 
 
 def _reader(model: Path, method: str, graph: str, work: Path, warm: list[dict[str, np.ndarray]]) -> Any:
@@ -69,25 +69,29 @@ def _reader(model: Path, method: str, graph: str, work: Path, warm: list[dict[st
     return reader
 
 
-def _profile(model: Path, level: str, order: str, feeds: list[dict[str, np.ndarray]], prefix: Path) -> dict[str, Any]:
-    """ORT's profiler over one run per feed: kernel milliseconds per group, node counts, unaccounted wall time."""
+def _session(model: Path, level: str, order: str = "default", profile: Path | None = None) -> Any:
+    """An ORT CPU session at ``level`` and node ``order`` (quantkit's names, :mod:`quantkit.runtimes.ort`), profiled
+    to files starting with ``profile`` when given."""
     import onnxruntime as ort
+
+    from quantkit.runtimes.ort import EXECUTION_ORDERS, LEVELS
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
-    so.graph_optimization_level = {"disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL, "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[level]
-    if order == "priority_based":
-        so.execution_order = ort.ExecutionOrder.PRIORITY_BASED
-    so.enable_profiling = True
-    so.profile_file_prefix = str(prefix)
-    sess = ort.InferenceSession(str(model), so)
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, LEVELS[level])
+    so.execution_order = getattr(ort.ExecutionOrder, EXECUTION_ORDERS[order])
+    if profile is not None:
+        so.enable_profiling = True
+        so.profile_file_prefix = str(profile)
+    return ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
+
+
+def _profile(model: Path, level: str, order: str, feeds: list[dict[str, np.ndarray]], prefix: Path) -> dict[str, Any]:
+    """ORT's profiler over one run per feed, after one more run of the first (its allocations, counted too): kernel
+    milliseconds per group, node counts, unaccounted wall time."""
+    sess = _session(model, level, order, prefix)
     outs = [o.name for o in sess.get_outputs()]
-    sess.run(outs, feeds[0])  # first run: allocations; not profiled below
-    so_events = Path(sess.end_profiling())
-    so_events.unlink()
-    sess = ort.InferenceSession(str(model), so)
-    sess.run(outs, feeds[0])
-    for feed in feeds:
+    for feed in [feeds[0], *feeds]:
         sess.run(outs, feed)
     events = json.loads(Path(sess.end_profiling()).read_text())
     kernels: dict[str, float] = collections.defaultdict(float)
@@ -101,7 +105,7 @@ def _profile(model: Path, level: str, order: str, feeds: list[dict[str, np.ndarr
             group = "read:" + name.rsplit("__qk_", 1)[1] if "__qk_" in name else "model:" + e["args"].get("op_name", "?")
             kernels[group] += e["dur"]
             nodes[group].add(name)
-    n = len(runs)  # every run of the second session, its first included: kernels and runs over the same runs
+    n = len(runs)  # every run, the first included: kernels and runs over the same runs
     run_ms, kernel_ms = sum(runs) / n / 1000, sum(kernels.values()) / n / 1000
     per_run = {g: round(v / n / 1000, 2) for g, v in sorted(kernels.items(), key=lambda kv: -kv[1])}
     return {"run_ms": round(run_ms, 1), "kernels_ms": per_run, "kernels_total_ms": round(kernel_ms, 1),
@@ -124,6 +128,7 @@ def main() -> None:
     import onnx
     import onnxruntime as ort
 
+    from quantkit.quantize.calibrate import CALIBRATION_LEVELS
     from quantkit.quantize.engine import constants_to_initializers
 
     with tempfile.TemporaryDirectory(prefix="quantkit-profile-") as tmp_s:
@@ -139,15 +144,11 @@ def main() -> None:
         out: dict[str, Any] = {"cpu_count": os.cpu_count(), "onnxruntime": ort.__version__, "size": a.size, "runs": len(timed),
                                "rounds": a.rounds, "graphs": {}}
         for graph in a.graph:
-            level = "disable" if graph == "exact" else "all"
+            level = CALIBRATION_LEVELS[graph]
             readers = {meth: _reader(model, meth, graph, tmp / f"{graph}-{meth}", warm) for meth in ("minmax", "percentile")}
 
             def plain(lv: str) -> Any:
-                so = ort.SessionOptions()
-                so.log_severity_level = 3
-                so.graph_optimization_level = {"disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-                                               "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[lv]
-                s = ort.InferenceSession(str(model), so)
+                s = _session(model, lv)
                 return lambda feed: s.run(None, feed)
 
             runners = {"forward (level all)": plain("all")}
