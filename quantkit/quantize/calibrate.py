@@ -133,9 +133,10 @@ def _minmax_like(params: adapter.CalibratorParams) -> bool:
 
 
 def make_state(params: adapter.CalibratorParams, names: list[str], derivations: dict[str, Any] | None = None,
-               arrays: dict[str, np.ndarray] | None = None) -> State:
+               arrays: dict[str, np.ndarray] | None = None, batches: int = 1000) -> State:
     """The state that reproduces ``params``' calibrator (see the module docstring), empty or rebuilt from a
-    checkpoint's ``arrays``. ``derivations``: :func:`quantkit.quantize.derive.derivations` (MinMax-like only)."""
+    checkpoint's ``arrays``. ``derivations``: :func:`quantkit.quantize.derive.derivations` (MinMax-like only);
+    ``batches``: how many batches the calibration will read (Percentile sizes its pinned tails by it)."""
     if _minmax_like(params):
         if arrays is not None:
             return MinMaxState.from_arrays(arrays, derivations)
@@ -144,7 +145,7 @@ def make_state(params: adapter.CalibratorParams, names: list[str], derivations: 
     if arrays is not None:
         return cls.from_arrays(arrays)
     if cls is FineHistogramState:
-        return FineHistogramState(names, params.num_bins, params.absolute, params.tail_fraction)
+        return FineHistogramState(names, params.num_bins, params.absolute, params.tail_fraction, batches)
     return HistogramState(names, params.absolute, params.num_bins)
 
 
@@ -292,7 +293,7 @@ def collect_ranges(
         raise CalibrationSetError(f"{where}: no images to calibrate on; add images and register the set again")
     plan = adapter.calibration_plan(model_path, config, op_types or adapter.default_op_types("qdq"), workdir)
     derivs = derivations(onnx.load(str(plan.tap_model), load_external_data=False), plan.tensors) if _minmax_like(plan.params) else None
-    state: State = make_state(plan.params, list(plan.tensors), derivs)
+    state: State = make_state(plan.params, list(plan.tensors), derivs, batches=n_batches)
     key = dataclasses.replace(key, state=type(state).__name__) if key is not None else None
     channels = OutputChannels({n: ax for n, ax in (outputs or {}).items() if n in plan.tensors})
     pass_no, done, dynamic = 1, 0, set()
