@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from . import cutoffs
 from .histogram import HistogramState, array_to_scalars, scalars_to_array
 from .minmax import blocked_tails
 
@@ -60,13 +61,11 @@ class FineHistogramState:
       can change it, batches after the first only update min and max (two passes) and their element count
       goes to the bin holding 0.
 
-    Piles (:meth:`_choose_cut`): mass at a saturation (``Clip``'s 6, ``Relu``'s 0, hard-swish's minimum) would put every
-    row of such a tensor beyond its cut-offs; the side is *pinned* instead, and reads only what goes past the first
-    batch's extreme. Where the pile alone settles ORT's percentile edge (checked in :meth:`unresolved`) the range is
-    ORT's exactly; otherwise the usual check applies. Measured on the PP-OCR detector at 640x640 (the third image;
-    elements of the rows leaving ORT): ORT's default absolute percentile 11.1 M -> 4.0 M, ``symmetric=False``
-    43.2 M -> 6.8 M; there, 10 tensors had failed the check and needed the exact second pass (a second inference
-    per image): now none (tensors of under ``1 / tail`` elements are counted whole).
+    Piles (:mod:`.cutoffs`): a side piled at a saturation (``Clip``'s 6, ``Relu``'s 0, hard-swish's minimum) is *pinned*
+    after the first batch and reads only what goes past that batch's extreme; where the pile alone settles ORT's
+    edge (checked in :meth:`unresolved`) the range is ORT's exactly, otherwise the check above applies. Tensors of
+    fewer than ``1 / tail`` elements are counted whole (on the PP-OCR detector with ``symmetric=False``, 10 small
+    tensors had failed the check and needed the exact second pass, a second inference per image).
 
     ``hist`` (the per-bin counts ORT also reports in ``TensorData``; quantkit does not use them) is exact
     in the percentile's tails only.
@@ -75,10 +74,6 @@ class FineHistogramState:
     passes = 2  # pass 2 runs only for tensors in `repair` (usually none)
     FINE = 8
     TAIL = 0.001
-    PIN_BINS = 2  # fine bins at the data's end whose mass may pin that side (a quarter of an ORT bin)
-    PIN_SHARE = 0.01  # ... holding at least this share of the batch (a saturation, not a thin tail's last elements)
-    PIN_MIN = 1000  # ... and at least this many elements (small tensors cost little to read by their tails)
-    PIN_SAFETY = 4.0  # pin when that mass is this many times what the certificate needs after `batches` batches
 
     def __init__(self, names: list[str], num_bins: int, absolute: bool, need: float, batches: int = 1000) -> None:
         self.names = names
@@ -94,7 +89,7 @@ class FineHistogramState:
         self.counts: dict[str, Any] = {}  # name -> int64[fine]; while T == 0: int, the number of zeros
         self.cut: dict[str, tuple[Any, Any] | None] = {}  # name -> (lo, hi) float32 (absolute: (c, c)); None: count all
         self.bulk: dict[str, int] = {}  # name -> elements between the cut-offs (not in the fine grid)
-        self.pin: dict[str, list[tuple[float, int] | None]] = {}  # name -> [low, top] piles (bound, count) (see _choose_cut)
+        self.pin: dict[str, list[cutoffs.Pile | None]] = {}  # name -> [low, top] piles (bound, count) (:mod:`.cutoffs`)
         self.repair: HistogramState | None = None
         self._local = threading.local()  # scratch buffers, one set per folding thread
 
@@ -120,65 +115,6 @@ class FineHistogramState:
 
     def _edges(self, half: float) -> Any:
         return np.linspace(0.0 if self.absolute else -half, half, self.fine + 1)
-
-    def _choose_cut(self, c: Any, half: float, src: Any) -> tuple[tuple[Any, Any] | None, list[tuple[float, int] | None] | None]:
-        """``(cut, pin)`` from the first batch's fine counts ``c`` of its elements ``src`` (flat; ``|x|`` when
-        absolute); the piles are taken out of ``c``.
-
-        ``cut``: cut-offs on fine edges holding at least ``tail`` of the first batch's elements per side and lying at
-        least ``4 FINE + 2`` fine bins (over 4 ORT bins) outside the first batch's own percentile edges; None: count
-        every element (also for a batch of fewer than ``1 / tail`` elements).
-
-        ``pin``: ``[low, top]``. A side whose last :data:`PIN_BINS` fine bins hold a pile (mass at a saturation:
-        ``Clip``'s 6, ``Relu``'s 0, hard-swish's minimum; at least :data:`PIN_SHARE` of the batch, :data:`PIN_MIN`
-        elements, and ``K = PIN_SAFETY x (need x batches x`` its elements ``+ 1)``) is *pinned*: its pile leaves the
-        fine grid as ``(bound, count)`` (``bound``: the batch's K-th most extreme element, ``np.partition``;
-        ``count``: the elements at or beyond it) and its cut-off moves to just beyond the batch's extreme, so later
-        batches add only the elements past it (none, at a true saturation: no rows of that side leave ORT). :meth:`histogram_dict` puts the pile in the ORT bin holding ``bound``;
-        :meth:`unresolved` checks either that this is the bin of the extreme and that the pile alone settles ORT's
-        ``searchsorted`` there (then the range is that bin's edge, clipped to the exact extreme as ORT clips it,
-        exactly ORT's), or, when later batches went past the pile, that the edge lies in the exactly counted
-        region beyond the cut-off, as for a side not pinned. None: no side pinned."""
-        g, n = self._edges(half), float(c.sum())
-        if self.tail >= 0.5 or n * self.tail < 1.0:  # a tensor this small costs nothing to count whole
-            return None, None
-        margin = 4 * self.FINE + 2
-        above = np.cumsum(c[::-1])[::-1]  # above[j]: elements in bins >= j
-        below = np.cumsum(c)  # below[j]: elements in bins <= j
-        nz = np.flatnonzero(c)
-        enough = max(self.PIN_SAFETY * self.need * n * self.batches, self.PIN_SHARE * n, self.PIN_MIN)  # a pile, not a thin tail's last elements
-        j_top = int(nz[-1]) - self.PIN_BINS + 1
-        pin_hi = j_top if self.need > 0.0 and j_top > 0 and above[j_top] >= enough else None
-        j_bot = int(nz[0]) + self.PIN_BINS
-        pin_lo = j_bot if self.need > 0.0 and not self.absolute and j_bot < self.fine and below[j_bot - 1] >= enough else None
-        if pin_hi is None:
-            j_hi = int(np.flatnonzero(above >= self.tail * n)[-1])
-            if self.need > 0.0:
-                j_hi = min(j_hi, int(np.flatnonzero(above >= self.need * n)[-1]) - margin)
-            if j_hi <= 0:
-                return None, None
-        if not self.absolute and pin_lo is None:
-            j_lo = int(np.flatnonzero(below >= self.tail * n)[0]) + 1
-            if self.need > 0.0:
-                j_lo = max(j_lo, int(np.flatnonzero(below >= self.need * n)[0]) + 1 + margin)
-        if not self.absolute and (j_lo if pin_lo is None else pin_lo) >= (j_hi if pin_hi is None else pin_hi):
-            return None, None
-        k = min(int(np.ceil(self.PIN_SAFETY * (self.need * n * self.batches + 1))), src.size) - 1
-        pin: list[tuple[float, int] | None] = [None, None]
-        for side, j in ((1, pin_hi), (0, pin_lo)):
-            if j is None:
-                continue
-            v = np.partition(src, src.size - 1 - k if side else k)[src.size - 1 - k if side else k]
-            pile = src[src >= v] if side else src[src <= v]
-            c -= self._bins(pile, half)
-            pin[side] = (float(v), int(pile.size))
-        # a pinned side reads, from now on, only the elements beyond the batch's own extreme
-        hi = np.nextafter(np.max(src), np.float32(np.inf)) if pin_hi is not None else np.float32(g[j_hi])
-        if self.absolute:
-            cut = (hi, hi)
-        else:
-            cut = (np.nextafter(np.min(src), np.float32(-np.inf)) if pin_lo is not None else np.float32(g[j_lo]), hi)
-        return cut, (None if pin == [None, None] else pin)
 
     def update(self, name: str, arr: Any) -> None:
         """Fold one batch's tensor (any shape, float) into the stats and fine counts; NaNs are dropped, as ORT's
@@ -223,7 +159,8 @@ class FineHistogramState:
             self.half[name] = half = t
             self.counts[name] = self._bins(src, half)
             self.counts[name][self.zero_bin] += zeros
-            self.cut[name], pin = self._choose_cut(self.counts[name], half, src)
+            self.cut[name], pin = cutoffs.choose(self.counts[name], self._edges(half), src, lambda v: self._bins(v, half), self.tail,
+                                                 self.need, self.batches, self.absolute, 4 * self.FINE + 2)
             if pin is not None:
                 self.pin[name] = pin
             self.bulk[name] = 0
@@ -349,15 +286,11 @@ class FineHistogramState:
                 h = np.diff(at)
                 for pile in self.pin.get(name, ()):
                     if pile is not None:
-                        h[self._bin(e, pile[0])] += pile[1]
+                        h[cutoffs.bin_of(e, pile[0])] += pile[1]
             out[name] = (h, e, mn, mx) if self.absolute else (h, e, mn, mx, t)
         if self.repair is not None:
             out.update(self.repair.histogram_dict())
         return out
-
-    def _bin(self, e: Any, v: float) -> int:
-        """The ORT bin (edges ``e``) that holds the value ``v``."""
-        return int(np.clip(np.searchsorted(e.astype(np.float64), v, side="right") - 1, 0, self.num_bins - 1))
 
     def unresolved(self) -> list[str]:
         """Tensors whose percentile edge is not safely inside the exactly counted tails (see the class docstring)."""
@@ -374,28 +307,13 @@ class FineHistogramState:
             margin = 2.0 * ((e[-1] - e[0]) / self.num_bins + self.half[name] / self.fine * (1 if self.absolute else 2))
             i_hi = min(int(np.searchsorted(cdf, 1.0 - self.need)), len(e) - 1)  # ORT's compute_percentile edges
             i_lo = min(int(np.searchsorted(cdf, self.need)), len(e) - 1)
-            pin = self.pin.get(name, [None, None])
-            hi_ok = e[i_hi] - margin >= float(cut[1]) or (pin[1] is not None and self._pin_holds(name, e, int(h.sum()), i_hi, pin[1], top=True))
-            lo_ok = self.absolute or e[i_lo] + margin <= float(cut[0]) or (pin[0] is not None and self._pin_holds(name, e, int(h.sum()), i_lo, pin[0], top=False))
+            (mn, mx, _), pin, total = self.stats[name], self.pin.get(name, [None, None]), int(h.sum())
+            top = float(max(abs(mn), abs(mx))) if self.absolute else float(mx)
+            hi_ok = e[i_hi] - margin >= float(cut[1]) or (pin[1] is not None and cutoffs.holds(pin[1], e, top, i_hi, total, self.need, True))
+            lo_ok = self.absolute or e[i_lo] + margin <= float(cut[0]) or (pin[0] is not None and cutoffs.holds(pin[0], e, float(mn), i_lo, total, self.need, False))
             if not (hi_ok and lo_ok):
                 bad.append(name)
         return bad
-
-    def _pin_holds(self, name: str, e: Any, total: int, i: int, pile: tuple[float, int], top: bool) -> bool:
-        """A pinned side's certificate (:meth:`_choose_cut`): its pile lies wholly in the ORT bin of the extreme (edges
-        ``e``, float64; ``1e-6`` relative of slack for ORT's float64 binning edges) and exceeds ``need`` of all
-        ``total`` elements, so ORT's ``searchsorted`` picks that bin whatever the elements not counted are, and so did
-        this histogram's (``i``; top: the same index, so the same edge; low: that index or below, an edge at or
-        below the minimum, which ORT clips to the exact minimum either way)."""
-        mn, mx, _ = self.stats[name]
-        bound, count = pile
-        if count < self.need * total * (1.0 + 1e-9) + 1.0:
-            return False
-        if top:
-            m = self.num_bins - 1 if self.absolute else self._bin(e, float(mx))
-            return i == m and bound >= e[m] + 1e-6 * abs(e[m])
-        k = self._bin(e, float(mn))
-        return i <= k and bound < e[k + 1] - 1e-6 * abs(e[k + 1])
 
     # -- the pass interface of quantkit.quantize.calibrate -----------------------------------------------------
     def pass_names(self, pass_no: int) -> list[str]:
