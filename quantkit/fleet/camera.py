@@ -5,6 +5,15 @@ agreement with FP32 below the reference by more than ``agreement_drop``, INT8 de
 changed (two-sided Poisson test), activation clipping above the reference (as ``quantkit drift``).
 For each moved statistic the PSI against the deployed calibration set is compared with the
 reference's: "further from the calibration set" feeds the recommendation.
+
+A statistic moved when ``min_metrics`` of the metrics able to flag the window's change exceed their
+thresholds. A metric that stays below its threshold abstains when that threshold is not below the
+effect of a complete separation in the window's direction, every image beyond the reference's range at
+the end of the axis it moved towards (:func:`.effects.extreme_effects`): its "not moved" says nothing
+about such a change (PSI on 5 groups with 6 images a window; KS with fewer), and counting it would
+demand agreement from a test that cannot agree. The judge records where a bounded metric (PSI, KS: their
+ceiling is set by the window's size, not by how far the images moved) cannot flag a complete separation
+(:attr:`CameraJudge.unable`, out of :attr:`CameraJudge.varying`) for the check's small-reference warning.
 """
 
 from __future__ import annotations
@@ -88,6 +97,12 @@ class CameraJudge:
     def __init__(self, camera: str, edges: Edges, calibration: Mapping[str, np.ndarray], config: FleetCheckConfig, primary: Mapping[str, Any]) -> None:
         self.camera, self.edges, self.calibration, self.cfg, self.primary = camera, edges, calibration, config, primary
         self._thr: dict[int, dict[str, float]] = {}
+        self._extremes: dict[str, dict[str, tuple[float, float]]] = {}
+        self.unable: dict[int, dict[str, set[str]]] = {}
+        """Per window size (images): bounded metric (PSI, KS) -> statistics on which its threshold is not below the
+        effect of a complete separation (on a side the reference leaves free)."""
+        self.varying: dict[int, set[str]] = {}
+        """Per window size (images): the statistics judged whose reference spans more than one bin."""
 
     def _cal_psi(self, name: str, counts: np.ndarray) -> float:
         cal = self.calibration[name]
@@ -109,8 +124,35 @@ class CameraJudge:
                 seed=effects.seed_for(c.seed, self.camera, str(n)))
         return self._thr[n]
 
+    def _extreme_effects(self, name: str, ref: Summary) -> dict[str, tuple[float, float]]:
+        if name not in self._extremes:
+            self._extremes[name] = effects.extreme_effects(effects.axis(name, self.edges.edges[name]), ref.hist[name],
+                                                           psi_bins=self.cfg.psi_bins, spread_floor=self.cfg.spread_floor)
+        return self._extremes[name]
+
+    def _able(self, name: str, n: int, ref: np.ndarray, cur: np.ndarray, eff: Mapping[str, float], thr: Mapping[str, float],
+              ext: Mapping[str, tuple[float, float]]) -> list[str]:
+        """The metrics that vote: above their threshold, or with a threshold that a complete separation in the window's
+        direction (its mean bin against the reference's; either way when equal) would exceed. Records bounded
+        metrics that cannot flag a complete separation on a side the reference leaves free."""
+        bins = np.arange(ref.size)
+        step = float(bins @ cur / cur.sum() - bins @ ref / ref.sum())
+        free = [side for side, ok in ((0, ref[0] == 0), (1, ref[-1] == 0)) if ok]
+        varying = bool(free) and np.count_nonzero(ref) > 1
+        if varying:
+            self.varying.setdefault(n, set()).add(name)
+        able = []
+        for m in thr:
+            down, up = ext[m]
+            if eff[m] > thr[m] or thr[m] < (down if step < 0 else up if step > 0 else max(down, up)):
+                able.append(m)
+            if varying and m in ("psi", "ks") and thr[m] >= min(ext[m][side] for side in free):
+                self.unable.setdefault(n, {}).setdefault(m, set()).add(name)
+        return able
+
     def moved_statistics(self, window: Summary, ref: Summary, ref_windows: Sequence[Summary]) -> list[StatMove]:
-        """Statistics of ``window`` that moved against ``ref`` (the merged reference windows)."""
+        """Statistics of ``window`` that moved against ``ref`` (the merged reference windows): at least
+        ``min(min_metrics, metrics able to flag a change)`` metrics above their thresholds (module docstring)."""
         out = []
         n = int(window.images - window.errors)
         thr = {m: v for m, v in self._thresholds(n, ref_windows).items() if m in self.cfg.metrics}
@@ -121,9 +163,11 @@ class CameraJudge:
             eff = effects.effects(effects.axis(name, self.edges.edges[name]), ref.hist[name], cur, psi_bins=self.cfg.psi_bins,
                                   spread_floor=self.cfg.spread_floor)
             eff = {m: v for m, v in eff.items() if m in self.cfg.metrics}
-            above = [m for m in eff if eff[m] > thr[m]]
-            if len(above) >= self.cfg.min_metrics:
-                ratio = sorted((_finite(eff[m] / thr[m]) if thr[m] > 0 else 1e9 for m in eff), reverse=True)[self.cfg.min_metrics - 1]
+            able = self._able(name, n, ref.hist[name], cur, eff, thr, self._extreme_effects(name, ref))
+            need = min(self.cfg.min_metrics, len(able))
+            above = [m for m in able if eff[m] > thr[m]]
+            if need and len(above) >= need:
+                ratio = sorted((_finite(eff[m] / thr[m]) if thr[m] > 0 else 1e9 for m in able), reverse=True)[need - 1]
                 out.append(StatMove(name, len(above), round(ratio, 6), {m: round(_finite(v), 6) for m, v in eff.items()},
                                     {m: round(v, 6) for m, v in thr.items()}, ref.quantile(name, 0.5), window.quantile(name, 0.5),
                                     round(self._cal_psi(name, ref.hist[name]), 6), round(self._cal_psi(name, cur), 6)))

@@ -60,7 +60,8 @@ class CameraCheck:
 @dataclasses.dataclass(frozen=True)
 class FleetCheck:
     """The fleet check (``check.json``). ``ranked``: alerting cameras, most urgent first; ``primary``: the task's
-    primary agreement metric (:attr:`quantkit.fleet.decisions.DecisionSummarizer.primary`)."""
+    primary agreement metric (:attr:`quantkit.fleet.decisions.DecisionSummarizer.primary`); ``warnings``: plain
+    lines, e.g. windows and references too small for a metric to show any change (also logged)."""
 
     verdict: str
     alerting: bool
@@ -73,13 +74,14 @@ class FleetCheck:
     scores: dict[str, Any]
     config: dict[str, Any]
     truth: dict[str, Any] | None = None
+    warnings: tuple[str, ...] = ()
 
     def camera(self, name: str) -> CameraCheck:
         return next(c for c in self.cameras if c.camera == name)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
-        d.update(schema_version=SCHEMA_VERSION, cameras=[c.to_dict() for c in self.cameras], ranked=list(self.ranked))
+        d.update(schema_version=SCHEMA_VERSION, cameras=[c.to_dict() for c in self.cameras], ranked=list(self.ranked), warnings=list(self.warnings))
         return d
 
     def save(self, path: str | os.PathLike[str]) -> Path:
@@ -96,7 +98,7 @@ class FleetCheck:
                 WindowCheck(**{**w, "moved": tuple(StatMove(**m) for m in w["moved"]), "evidence": tuple(w["evidence"])})
                 for w in c["windows"])}) for c in d["cameras"])
             return cls(d["verdict"], d["alerting"], d["primary"], cams, tuple(d["ranked"]), d["sites"], d["fleet"],
-                       d["calibration_set"], d["scores"], d["config"], d.get("truth"))
+                       d["calibration_set"], d["scores"], d["config"], d.get("truth"), tuple(d.get("warnings", ())))
         except (KeyError, TypeError) as e:
             raise InputFileError(f"{path}: not a fleet check (bad or missing field {e}); rerun 'quantkit fleet check'") from None
 
@@ -146,6 +148,20 @@ def _since(windows: list[WindowCheck], persistence: int) -> int | None:
     return None
 
 
+def _tail_phrase(name: str, ref: np.ndarray, after: np.ndarray) -> str:
+    """Plain words for a statistic that moved while its median stayed 0: how many images since the change lie
+    beyond the bins its reference occupies (its range at the histogram's resolution)."""
+    from ..drift import PLAIN_NAMES
+
+    label = PLAIN_NAMES.get(name, name)
+    nz = np.flatnonzero(ref)
+    below, above = (int(after[:nz[0]].sum()), int(after[nz[-1] + 1:].sum())) if nz.size else (0, 0)
+    if below + above == 0:
+        return f"{label} spread changed"
+    where = "above" if not below else "below" if not above else "outside"
+    return f"{label} {where} its range in {below + above} of {int(after.sum())} images"
+
+
 def _reasons(judged: list[WindowCheck], since: int, ref: Any, after: Any, primary: dict[str, Any], cfg: FleetCheckConfig,
              calibration_name: str, ref_span: str) -> tuple[list[str], str, float]:
     from ..drift import PLAIN_NAMES, StatisticChange
@@ -162,7 +178,9 @@ def _reasons(judged: list[WindowCheck], since: int, ref: Any, after: Any, primar
     phrases = []
     for n in order[:4]:
         r, a = ref.quantile(n, 0.5), after.quantile(n, 0.5)
-        if r != 0 and abs(a / r - 1.0) < 0.03:  # the distribution moved, not its median
+        if r == a == 0:  # e.g. blown-out pixels in a few images: the median says nothing ("changed from 0 to 0")
+            phrases.append(_tail_phrase(n, ref.hist[n], after.hist[n]))
+        elif r != 0 and abs(a / r - 1.0) < 0.03:  # the distribution moved, not its median
             phrases.append(f"{PLAIN_NAMES.get(n, n)} spread changed")
         else:
             phrases.append(StatisticChange(n, r, a, 0.0, best[n].metrics_moved, True).phrase)
@@ -193,9 +211,66 @@ def _reasons(judged: list[WindowCheck], since: int, ref: Any, after: Any, primar
     return reasons, action, round(severity, 6)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Limits:
+    """What a camera's windows were too small for (:attr:`.camera.CameraJudge.unable`): ``unable`` bounded metric ->
+    statistics on which it cannot flag a complete separation, at window sizes ``sizes`` (images), against a
+    reference of ``reference_images`` in ``reference_windows`` windows."""
+
+    sizes: tuple[int, ...]
+    reference_images: int
+    reference_windows: int
+    unable: dict[str, tuple[str, ...]]
+
+    def key(self) -> tuple[Any, ...]:
+        return self.sizes, self.reference_images, self.reference_windows, tuple(self.unable)
+
+
+def _limits(judge: CameraJudge, ref: Any, start: int) -> _Limits | None:
+    """The camera's :class:`_Limits` when, at some window size, PSI or KS cannot flag a complete separation on
+    most (over half) of the statistics it judges whose reference varies: then it is out of the vote for the
+    camera, not on one statistic whose reference happens to crowd an outer PSI group."""
+    unable: dict[str, set[str]] = {}
+    sizes = []
+    for n, per in sorted(judge.unable.items()):
+        most = {m: names for m, names in per.items() if 2 * len(names) > len(judge.varying.get(n, ()))}
+        for m, names in most.items():
+            unable.setdefault(m, set()).update(names)
+        sizes += [n] if most else []
+    if not unable:
+        return None
+    return _Limits(tuple(sizes), int(ref.images - ref.errors), start, {m: tuple(sorted(v)) for m, v in sorted(unable.items())})
+
+
+def _small_reference_warning(limits: dict[str, _Limits], cameras: int) -> str:
+    """One line (``""`` when nothing to say): cameras whose windows and reference are too small for PSI or KS
+    to flag even a complete separation, so that the other metrics decide (:mod:`.camera`)."""
+    if not limits:
+        return ""
+    groups: dict[tuple[Any, ...], list[str]] = {}
+    for cam, lim in sorted(limits.items()):
+        groups.setdefault(lim.key(), []).append(cam)
+    parts = []
+    for cams in groups.values():
+        lims = [limits[c] for c in cams]
+        first = lims[0]
+        on = []
+        for m in first.unable:
+            lo, hi = min(len(x.unable[m]) for x in lims), max(len(x.unable[m]) for x in lims)
+            on.append(f"{m} on {lo if lo == hi else f'{lo}-{hi}'} statistic{'s' if hi > 1 else ''}")
+        who = ", ".join(cams[:6]) + (f" and {len(cams) - 6} more" if len(cams) > 6 else "")
+        parts.append(f"{who} (windows of {'/'.join(str(n) for n in first.sizes)} images, reference {first.reference_images} images in "
+                     f"{first.reference_windows} windows): {' and '.join(on)}")
+    metrics = sorted({m for lim in limits.values() for m in lim.unable})
+    return (f"{len(limits)} of {cameras} cameras have windows too small to judge change on every metric: " + "; ".join(parts)
+            + f": even a window with every image beyond the reference's range could not exceed {' or '.join(metrics)}'s threshold there, "
+              "so the other metrics decide and small changes can be missed; use more images per window (fleet.score.window_hours) "
+              "or in the reference (fleet.check.reference_windows)")
+
+
 def check_camera(store: ScoreStore, camera: str, calibration: dict[str, np.ndarray], calibration_name: str,
-                 cfg: FleetCheckConfig) -> CameraCheck:
-    """Judge one camera (see the module docstring)."""
+                 cfg: FleetCheckConfig) -> tuple[CameraCheck, _Limits | None]:
+    """Judge one camera (see the module docstring); also what its windows were too small for (None: nothing)."""
     shards = store.camera_shards(camera)
     ident = shards[0][0]
     windows = [(i["window"], s) for i, s in shards]
@@ -205,7 +280,7 @@ def check_camera(store: ScoreStore, camera: str, calibration: dict[str, np.ndarr
         judged = [WindowCheck(w, s.images - s.errors, s.errors, s.scored, "few-images") for w, s in windows]
         return CameraCheck(camera, ident["site"], ident["line"], "insufficient", None, False, "", 0.0,
                            (f"only {len(windows)} windows; {cfg.reference_windows} with >= {cfg.min_images} images are needed as its reference",),
-                           {}, {}, tuple(judged))
+                           {}, {}, tuple(judged)), None
     ref_windows = [s for _, s in windows[:start]]
     ref = pooled(ref_windows)
     judge = CameraJudge(camera, store.edges, calibration, cfg, primary)
@@ -216,14 +291,15 @@ def check_camera(store: ScoreStore, camera: str, calibration: dict[str, np.ndarr
     since = _since(later, cfg.persistence)
     ref_span = f"{windows[0][0][:10]}..{windows[start - 1][0][:10]}"
     summary_ref = {"windows": start, "span": ref_span, **window_agreement(ref, primary), "clip_rate": clip_rate(ref), "images": ref.images}
+    limits = _limits(judge, ref, start)
     if since is None:
-        return CameraCheck(camera, ident["site"], ident["line"], "ok", None, False, "", 0.0, (), summary_ref, {}, tuple(ref_checks + later))
+        return CameraCheck(camera, ident["site"], ident["line"], "ok", None, False, "", 0.0, (), summary_ref, {}, tuple(ref_checks + later)), limits
     after = pooled([s for _, s in windows[start + since:]])
     reasons, action, severity = _reasons(later, since, ref, after, primary, cfg, calibration_name, ref_span)
     summary_after = {"windows": len(windows) - start - since, **window_agreement(after, primary), "clip_rate": clip_rate(after), "images": after.images}
     judged_last = [w for w in later if w.status in ("ok", "alert")]
     return CameraCheck(camera, ident["site"], ident["line"], "alert", later[since].window, bool(judged_last and judged_last[-1].status == "alert"),
-                       action, severity, tuple(reasons), summary_ref, summary_after, tuple(ref_checks + later))
+                       action, severity, tuple(reasons), summary_ref, summary_after, tuple(ref_checks + later)), limits
 
 
 def _rollups(store: ScoreStore, cameras: list[CameraCheck]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -270,13 +346,18 @@ def check_fleet(scores: str | os.PathLike[str], calibration_set: str | os.PathLi
     cfg = config or FleetCheckConfig()
     store = ScoreStore(scores)
     calibration, cal_info = _calibration_counts(calibration_set, store)
-    cameras = [check_camera(store, cam, calibration, cal_info["name"], cfg)
-               for cam in progress(sorted(store.cameras), total=len(store.cameras), desc="fleet check", unit="camera")]
+    judged = [check_camera(store, cam, calibration, cal_info["name"], cfg)
+              for cam in progress(sorted(store.cameras), total=len(store.cameras), desc="fleet check", unit="camera")]
+    cameras = [c for c, _ in judged]
+    warning = _small_reference_warning({c.camera: lim for c, lim in judged if lim is not None}, len(cameras))
+    if warning:
+        log.warning("fleet check: %s", warning)
     ranked = sorted((c for c in cameras if c.status == "alert"), key=lambda c: (c.action != "recalibrate", -c.severity, c.since or "", c.camera))
     sites, fleet = _rollups(store, cameras)
     result = FleetCheck(_verdict(cameras, ranked), bool(ranked), store.primary, tuple(cameras), tuple(c.camera for c in ranked), sites, fleet,
                         cal_info, {"path": str(store.path), "spec_fingerprint": store.summary.get("spec_fingerprint"),
-                                   "models": store.summary.get("models", {}), "manifest_root": str(store.summary["manifest"]["root"])}, cfg.to_dict())
+                                   "models": store.summary.get("models", {}), "manifest_root": str(store.summary["manifest"]["root"])}, cfg.to_dict(),
+                        warnings=(warning,) if warning else ())
     if truth is not None:
         from .truth import evaluate
 

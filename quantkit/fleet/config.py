@@ -82,9 +82,11 @@ class FleetCheckConfig(Config):
     this camera, family-wise over its statistics: ``margin`` x the larger of (a) the ``quantile`` of the
     largest effect over the statistics of ``repeats`` windows of the same size drawn from the reference
     histograms (a parametric bootstrap: what sampling alone gives) and (b) every reference window
-    against the other reference windows (day-to-day variation), never below the metric's floor
-    (:func:`quantkit.fleet.effects.camera_thresholds`). A statistic moved when at least
-    ``min_metrics`` metrics exceed their thresholds.
+    against the other reference windows (day-to-day variation, W1 in the whole reference's spread), never
+    below the metric's floor (:func:`quantkit.fleet.effects.camera_thresholds`). A statistic moved when at
+    least ``min_metrics`` metrics exceed their thresholds, counting only metrics able to flag the change:
+    one whose threshold not even a complete separation in the window's direction could exceed (PSI with 6
+    images a window) abstains, and ``min_metrics`` is capped at the metrics left (:mod:`quantkit.fleet.camera`).
 
     Attributes:
         reference_windows: windows per camera that form its reference (>= 2).
