@@ -17,7 +17,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 _CHUNK = 1 << 20
 
@@ -64,7 +64,8 @@ def fingerprint(obj: Any) -> str:
 
 
 OUTPUT_MARKER = ".quantkit-output"
-"""Empty file :func:`atomic_output_dir` puts in every folder it writes, so it knows what it may replace."""
+"""File :func:`atomic_output_dir` puts in every folder it writes, naming the command that wrote it
+(:func:`quantkit._overwrite.marker_text`), so it knows what it may replace (older versions left it empty)."""
 
 
 def _check_parent(dest: Path) -> None:
@@ -290,7 +291,8 @@ def _swap_into_place(tmp: Path, dest: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_output_dir(path: str | os.PathLike[str], *, marker: bool = True) -> Iterator[Path]:
+def atomic_output_dir(path: str | os.PathLike[str], *, marker: bool = True, command: str | None = None,
+                      inputs: Iterable[str | os.PathLike[str] | None] = (), flag: str = "--out") -> Iterator[Path]:
     """Build a folder in a temporary sibling and swap it into ``path`` only if the block succeeds.
 
     Yields the temporary folder to write into. On success an existing ``path`` is replaced whole (one
@@ -298,14 +300,18 @@ def atomic_output_dir(path: str | os.PathLike[str], *, marker: bool = True) -> I
     and the CLI's SIGTERM included) the temporary folder is removed and ``path`` is left as it was. While
     the block runs, ``path`` is locked (:func:`output_lock`): a second writer fails at once naming this
     one, and whatever a killed writer left behind is cleaned up first (:func:`recover_output`). The folder gets an
-    empty :data:`OUTPUT_MARKER` file (``marker=False``: none, for a folder that must never be replaced,
-    such as an image set, which the caller refuses to overwrite itself); an existing ``path`` is only
-    replaced when it is empty or carries that marker, so a user's own folder (or a file) is never deleted.
+    :data:`OUTPUT_MARKER` file naming ``command`` (``marker=False``: none, for a folder that must never be replaced,
+    such as an image set, which the caller refuses to overwrite itself). An existing ``path`` is only replaced
+    when it is empty or an output of the same ``command``, and never when it is, holds or lies inside one of
+    ``inputs`` (:func:`quantkit._overwrite.check_output_dir`), so a user's folder, another command's output and
+    the command's own inputs are never deleted. ``flag`` names the path in messages (``--out``, a params key).
 
     Raises:
-        InputFileError: ``path`` is a file, or a non-empty folder quantkit did not write.
+        InputFileError: ``path`` is a file, an input, a non-empty folder quantkit did not write, or another
+            command's output.
         OutputBusyError: another process is writing ``path``.
     """
+    from ._overwrite import check_output_dir, marker_text
     from .errors import InputFileError
 
     dest = Path(path).resolve()
@@ -313,19 +319,19 @@ def atomic_output_dir(path: str | os.PathLike[str], *, marker: bool = True) -> I
         raise InputFileError(f"{path}: is a file; pass a folder path for this output")
     if dest == Path.cwd().resolve() or dest in Path.cwd().resolve().parents:
         raise InputFileError(f"{path}: is the current folder or one above it; pass a new output folder")
+    inputs = list(inputs)  # may be a generator: read once, checked under the lock
     _check_parent(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     with output_lock(dest):
         recover_output(dest)
-        if dest.is_dir() and any(dest.iterdir()) and not (dest / OUTPUT_MARKER).is_file():
-            raise InputFileError(f"{path}: folder exists and holds files quantkit did not write; pass a new or empty output folder")
+        check_output_dir(path, command, inputs=inputs, flag=flag)
         tmp: Path | None = None
         try:
             tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(dest), suffix=".tmp", dir=dest.parent))
             os.chmod(tmp, 0o777 & ~_UMASK)  # mkdtemp creates 0700; give the usual folder mode
             yield tmp
             if marker:
-                (tmp / OUTPUT_MARKER).touch()
+                (tmp / OUTPUT_MARKER).write_text(marker_text(command), encoding="utf-8")
             _swap_into_place(tmp, dest)
         except BaseException:
             if tmp is not None:

@@ -12,13 +12,21 @@ ruamel) keep ``yes``/``off`` as text. So: a ``Literal`` field given a boolean ta
 as that boolean (``note_check: off`` -> ``"off"``); a ``bool`` field accepts those spellings as text; a
 ``float`` field accepts a numeric string. An ``int``, ``float`` or ``str`` field given a boolean is refused
 saying it was read as a boolean and why; a ``str`` field given a number says to quote it.
+
+A config built directly in Python (``StaticQuantConfig(per_channel="no")``) is checked the same way when it is
+constructed, with the same messages but none of the YAML readings: a Python caller's ``"no"`` is a mistake,
+not a boolean (:meth:`Config._check_types`). Non-finite floats are refused on both paths (JSON has none).
 """
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import functools
 import logging
+import math
+import numbers
+import os
 import re
 import types
 import typing
@@ -37,6 +45,8 @@ _YAML_BOOLS = {"true": True, "yes": True, "on": True, "y": True, "false": False,
 _BOOL_WHY = "YAML 1.1 reads unquoted yes/no/on/off/true/false as booleans"
 _EXPECTED = {int: "an integer", float: "a number", str: "a string"}
 _FIELD_MESSAGE = re.compile(r"[A-Za-z_][\w.\[\]]*: ")
+_COERCED: contextvars.ContextVar[type | None] = contextvars.ContextVar("quantkit_config_coerced", default=None)
+"""The class :meth:`Config.from_dict` is building from values ``_coerce`` has just checked (None otherwise)."""
 _NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
@@ -65,15 +75,28 @@ def _schema(cls: type) -> tuple[dict[str, Any], dict[str, dataclasses.Field]]:
     return typing.get_type_hints(cls), {f.name: f for f in dataclasses.fields(cls)}
 
 
-def _coerce(value: Any, tp: Any, where: str) -> Any:
+def _coerce(value: Any, tp: Any, where: str, strict: bool = False) -> Any:
+    """``value`` as field type ``tp`` (``where`` names the field in messages), or raise :class:`ConfigError`.
+
+    ``strict=False`` reads what a params file holds (YAML spellings, see the module docstring). ``strict=True``
+    checks what Python code passed to a constructor: the same checks and messages, but no YAML reading (``"no"``
+    is not a boolean, ``"1e-4"`` not a number); a list becomes a tuple, an int in a float field a float, and
+    numpy scalars are accepted as they are. A type this function does not know is left unchecked then.
+    """
+    if tp is float and type(value) is float and math.isfinite(value):  # the common case first: a record holds ~1e5 floats
+        return value
     origin = get_origin(tp)
     if tp is Any:
         return value
     if origin is Literal:
         choices = get_args(tp)
-        if isinstance(value, bool) and not any(isinstance(c, bool) for c in choices):
+        if isinstance(value, bool) and not any(isinstance(c, bool) for c in choices) and not strict:
             return _literal_from_bool(value, choices, where)
-        if value not in choices or (isinstance(value, bool) != isinstance(choices[choices.index(value)], bool)):
+        try:
+            known = value in choices and isinstance(value, bool) == isinstance(choices[choices.index(value)], bool)
+        except (TypeError, ValueError):  # an array or other value that does not compare to a choice
+            known = False
+        if not known:
             raise ConfigError(f"{where}: {value!r} is not one of {', '.join(map(repr, choices))}")
         return value
     if origin in (Union, types.UnionType):
@@ -81,13 +104,13 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if value is None:
             if type(None) in args:
                 return None
-            raise ConfigError(f"{where}: must be set (got null)")
+            raise ConfigError(f"{where}: must be set (got {'None' if strict else 'null'})")
         errors = []
         for a in args:
             if a is type(None):
                 continue
             try:
-                return _coerce(value, a, where)
+                return _coerce(value, a, where, strict)
             except ConfigError as e:
                 errors.append(str(e))
         raise ConfigError(errors[0] if len(errors) == 1 else f"{where}: {value!r} matches none of {tp}")
@@ -96,49 +119,63 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             raise ConfigError(f"{where}: expected a list, got {type(value).__name__}")
         args = get_args(tp)
         if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_coerce(v, args[0], f"{where}[{i}]") for i, v in enumerate(value))
+            return tuple(_coerce(v, args[0], f"{where}[{i}]", strict) for i, v in enumerate(value))
         if len(args) != len(value):
             raise ConfigError(f"{where}: expected {len(args)} values, got {len(value)}")
-        return tuple(_coerce(v, a, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
+        return tuple(_coerce(v, a, f"{where}[{i}]", strict) for i, (a, v) in enumerate(zip(args, value)))
     if origin is list:
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{where}: expected a list, got {type(value).__name__}")
         (et,) = get_args(tp) or (Any,)
-        return [_coerce(v, et, f"{where}[{i}]") for i, v in enumerate(value)]
+        return [_coerce(v, et, f"{where}[{i}]", strict) for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__}")
         kt, vt = get_args(tp) or (str, Any)
-        return {_coerce(k, kt, f"{where} key"): _coerce(v, vt, f"{where}.{k}") for k, v in value.items()}
+        return {_coerce(k, kt, f"{where} key", strict): _coerce(v, vt, f"{where}.{k}", strict) for k, v in value.items()}
     if isinstance(tp, type) and issubclass(tp, Config):
         if isinstance(value, tp):
             return value
         if not isinstance(value, dict):
-            raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__}")
+            raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__}" + (f" (pass a {tp.__name__})" if strict else ""))
         return tp.from_dict(value, where=where)
     if tp is bool:
-        if isinstance(value, str) and value.lower() in _YAML_BOOLS:
+        if strict and getattr(value, "ndim", None) == 0 and getattr(getattr(value, "dtype", None), "kind", "") == "b":  # numpy's boolean
+            return value
+        if isinstance(value, str) and value.lower() in _YAML_BOOLS and not strict:
             return _YAML_BOOLS[value.lower()]  # YAML 1.2 readers (ruamel, DVC's -S) keep yes/on/off as text
         if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true or false, got {value!r}")
+            raise ConfigError(f"{where}: expected {'True or False' if strict else 'true or false'}, got {value!r}")
         return value
-    if isinstance(value, bool):  # an int, float or str field given what YAML 1.1 read as a boolean
+    if isinstance(value, bool):  # an int, float or str field given a boolean (from YAML 1.1: yes/no/on/off)
+        if strict:
+            raise ConfigError(f"{where}: expected {_EXPECTED.get(tp, _type_name(tp))}, got {value!r}")
         raise ConfigError(f"{where}: read as the boolean {str(value).lower()} ({_BOOL_WHY}); expected {_EXPECTED.get(tp, _type_name(tp))}"
                           + ("; quote the value" if tp is str else ""))
     if tp is int:
+        if strict and isinstance(value, numbers.Integral):  # numpy integers too
+            return value
         if not isinstance(value, int):
             raise ConfigError(f"{where}: expected an integer, got {value!r}" + ("; write it without quotes" if _is_number(value) else ""))
         return value
     if tp is float:
-        if isinstance(value, str) and _is_number(value):
-            return float(value)  # PyYAML (YAML 1.1) reads 1e-4 (no dot) as text
-        if not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}: expected a number, got {value!r}")
-        return float(value)
+        if isinstance(value, str) and _is_number(value) and not strict:
+            value = float(value)  # PyYAML (YAML 1.1) reads 1e-4 (no dot) as text
+        if not isinstance(value, numbers.Real):
+            raise ConfigError(f"{where}: expected a number, got {value!r}" + ("; write it without quotes" if strict and _is_number(value) else ""))
+        if not math.isfinite(value):  # JSON (artifacts, config hashes) has no inf or nan
+            raise ConfigError(f"{where}: {value} is not a finite number; give a finite value")
+        return float(value) if type(value) is int or not strict else value
     if tp is str:
+        if strict and isinstance(value, os.PathLike):
+            return os.fspath(value)
         if not isinstance(value, str):
+            if strict:
+                raise ConfigError(f"{where}: expected a string, got {value!r} (a {type(value).__name__})")
             raise ConfigError(f"{where}: expected a string, got {value!r} (read as a {type(value).__name__}); quote the value")
         return value
+    if strict:
+        return value  # a type the params reader does not know (a config never read from params.yaml): left unchecked
     raise TypeError(f"config field type {_type_name(tp)} at {where} is not supported")  # a bug, not user error
 
 
@@ -169,7 +206,28 @@ class Config:
     the user's model (intake, task): the section must be written."""
 
     def __post_init__(self) -> None:
+        coerced, cls = _COERCED.get(), type(self)
+        if coerced is not None:
+            _COERCED.set(None)  # only this object is from_dict's: configs its validate() builds are checked
+        if coerced is not cls:
+            self._check_types()
         self.validate()
+
+    def _check_types(self) -> None:
+        """Check every field against its annotation, as :meth:`from_dict` does (same messages, no YAML spellings:
+        ``per_channel="no"`` is refused, not read as false); a list given for a tuple field becomes a tuple, an int
+        given for a float field a float.
+
+        Raises:
+            ConfigError: ``Class.field: ...`` naming the field, the value and what it expects.
+        """
+        hints, fields = _schema(type(self))
+        where = type(self).__name__
+        for name in fields:
+            value = getattr(self, name)
+            checked = _coerce(value, hints[name], f"{where}.{name}", strict=True)
+            if checked is not value:
+                object.__setattr__(self, name, checked)
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` naming the field when a value is out of range. Default: no-op."""
@@ -205,6 +263,7 @@ class Config:
         missing = [n for n, f in fields.items() if n not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
         if missing:
             raise ConfigError(f"{where}: required option {missing[0]!r} is missing")
+        token = _COERCED.set(cls)  # every value was just checked: __post_init__ need not check the types again
         try:
             return cls(**kwargs)
         except ConfigError as e:  # validate() names only "field: ..."; say which section it is in
@@ -213,6 +272,8 @@ class Config:
             if not _FIELD_MESSAGE.match(msg) or msg.split(":", 1)[0].split(".", 1)[0] not in fields:
                 raise
             raise type(e)(f"{where}.{msg}") from None
+        finally:
+            _COERCED.reset(token)
 
     def replace(self: C, **changes: Any) -> C:
         """Return a copy with ``changes`` applied and validated (strict, like ``from_dict``)."""

@@ -132,6 +132,35 @@ def opset_of(model: Any, domain: str = "") -> int:
     return 0
 
 
+def fixed_batch(model: Any, input_name: str) -> int | None:
+    """The fixed size of the first dimension of graph input ``input_name`` (the batch axis), or None when that
+    dimension is dynamic (symbolic, unset, or -1 as some exporters write it), or the input is absent or has no shape."""
+    for i in model.graph.input:
+        if i.name == input_name and i.type.HasField("tensor_type") and i.type.tensor_type.HasField("shape"):
+            dims = i.type.tensor_type.shape.dim
+            size = int(dims[0].dim_value) if dims and dims[0].HasField("dim_value") else 0
+            return size if size > 0 else None
+    return None
+
+
+def check_one_image_batch(model: Any, input_name: str, path: str | os.PathLike[str], *, batch_axis: bool = True) -> None:
+    """Refuse a model whose input is fixed to a batch of more than one image before a stage feeds it images.
+
+    Calibration, evaluation, binding, comparison, fallback and the drift clipping check run the model on one
+    preprocessed image at a time (``(1, C, H, W)``); a model whose batch dimension ``intake.batch_size`` fixed
+    to ``B > 1`` refuses that input (ONNX Runtime: "Got invalid dimensions"). ``batch_axis=False``
+    (``preprocessing.batch_axis``: a rank-3 input) has no batch dimension: nothing to check.
+
+    Raises:
+        ModelError: one line naming the model, the input, its fixed batch and the fix.
+    """
+    b = fixed_batch(model, input_name) if batch_axis else None
+    if b is not None and b > 1:
+        raise ModelError(f"{path}: input {input_name!r} is fixed to a batch of {b} (intake.batch_size: {b}), but quantkit runs models on one "
+                         "image at a time (quantize, bind, evaluate, compare, fallback, drift clipping); re-run 'quantkit intake' with "
+                         f"intake.batch_size: 1 (a model exported with a fixed batch of {b} needs a re-export with a dynamic batch first)")
+
+
 _DAMAGED = "the file is damaged (truncated, or bytes changed on disk or in transfer); re-export or re-download it"
 
 # Element counts of a typed-field tensor per ONNX data type (TensorProto in onnx/onnx.proto3):

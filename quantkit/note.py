@@ -31,7 +31,7 @@ import numpy as np
 
 from ._io import atomic_write_json, read_json
 from .config import Config
-from .errors import ConfigError, ModelError
+from .errors import ConfigError, InputFileError, ModelError
 
 METADATA_KEY = "quantkit.export_note"
 
@@ -298,12 +298,19 @@ class ExportNote(Config):
 
     @classmethod
     def load(cls, path: str | Path) -> "ExportNote":
-        """Read a sidecar note. Raises InputFileError / ConfigError naming the file."""
+        """Read a sidecar note. Raises InputFileError / ConfigError naming the file (InputFileError saying what
+        the file is when it is another kind of quantkit file, e.g. a calibration record)."""
+        from .artifacts.kinds import other_kind
+
         data = read_json(path, "export note")
+        other = other_kind(cls, data) if isinstance(data, dict) else None
+        if other is not None:
+            raise InputFileError(f"{path}: this is {other}, not an export note; pass the export_note.json that 'quantkit intake' writes")
         try:
             return cls.from_dict(data, where=str(path))
         except ConfigError as e:
-            raise ConfigError(f"{path}: {e}") from None
+            msg = str(e)
+            raise ConfigError(msg if msg.startswith(str(path)) else f"{path}: {msg}") from None
 
     def embed(self, model: Any) -> None:
         """Store the note in an ``onnx.ModelProto``'s ``metadata_props`` (replacing an older one)."""

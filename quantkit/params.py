@@ -26,6 +26,7 @@ import types
 import typing
 from typing import Any, Literal, Union, get_args, get_origin
 
+from ._overwrite import FileKind, text_with
 from .config import Config, _plain
 from .errors import ConfigError
 
@@ -277,9 +278,14 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+MARKDOWN_TITLE = "# params.yaml reference"
+MARKDOWN_KIND = FileKind("params reference page", text_with(MARKDOWN_TITLE + "\n"))
+"""What ``quantkit params --out`` may replace: an earlier page (:func:`quantkit._overwrite.check_output_file`)."""
+
+
 def render_markdown(sections: list[SectionDoc]) -> str:
     """``docs/params.md``: a table per (sub)section, then the top-level keys that are not configs."""
-    lines = ["# params.yaml reference", "",
+    lines = [MARKDOWN_TITLE, "",
              "Generated from the config classes by `quantkit params --out docs/params.md`; do not edit by hand (a test",
              "compares this page with the code). Every section is one typed config: an unknown key is an error. Types are",
              "YAML terms (`number` is an int or a float, `[a, b]` a list, `{str: x}` a mapping); `required` has no default.", ""]

@@ -238,3 +238,43 @@ def test_changes_the_medians_cannot_describe_are_not_printed():
     assert describe_changes([zero, undefined, bright]) == ["brightness fell 70%"]
     assert describe_changes([zero]) == ["blown-out pixels shifted"]  # the only move is still named, without numbers
     assert not zero.describable and not undefined.describable and bright.describable
+
+
+def test_a_change_against_a_median_within_the_resolution_of_0_is_not_a_percentage():
+    """The trial's clean synthetic images: noise sigma 5.8e-31 luma levels (0 up to rounding) on the calibration set."""
+    from quantkit.drift import StatisticChange, describe_changes
+    from quantkit.drift.config import RESOLUTION
+
+    cal = pd.DataFrame({"noise_sigma": np.full(16, 5.8478346e-31)})
+    same = compare_statistics_frames(cal, pd.DataFrame({"noise_sigma": np.full(12, 2.9239173e-31)}))
+    noisy = compare_statistics_frames(cal, pd.DataFrame({"noise_sigma": np.full(12, 2.7914023)}))
+    assert RESOLUTION["noise_sigma"] == 0.05 and same.resolution == noisy.resolution == 0.05
+    assert not same.describable and not noisy.describable and same.change_text == noisy.change_text == "n/a"
+    assert same.relative_change == 0.0 and noisy.relative_change == 1e9  # not 4.8e30, not -50%
+    assert same.value_text(same.calibration_median) == "~0" and noisy.value_text(noisy.site_median) == "2.791"
+    assert noisy.moved and describe_changes([noisy]) == ["noise changed from ~0 to 2.791"]  # not "rose 4.8e30x"
+    assert not same.moved
+    bright = StatisticChange("brightness_mean", 120.0, 36.0, -0.7, 3, True, 0.5)
+    assert bright.describable and bright.change_text == "-70%" and bright.value_text(36.0) == "36"
+    assert StatisticChange("my_stat", 1e-30, 2e-30, 1.0, 0, False).change_text == "+100%"  # no resolution known: any non-0 median
+
+
+def compare_statistics_frames(cal: pd.DataFrame, site: pd.DataFrame):
+    from quantkit.drift import compare_statistics
+
+    return compare_statistics(cal, site, NOCLIP)[1][0]
+
+
+def test_cli_table_shows_n_a_and_no_tiny_values(tmp_path, capsys, monkeypatch):
+    from quantkit.artifacts.drift import StatisticChange
+    import quantkit.drift as drift
+
+    changes = (StatisticChange("noise_sigma", 5.8478346e-31, 2.7914023, 1e9, 3, True, 0.9, 1.0, True),
+               StatisticChange("brightness_mean", 214.84, 72.53, -0.6624, 3, True, 0.9))
+    result = DriftResult(SetRef(name="calib"), SetRef(name="site"), (), changes, None, True, ("why",), {})
+    monkeypatch.setattr(drift, "check_drift", lambda *a, **k: result)
+    assert main(["drift", str(tmp_path), "--calibration-set", str(tmp_path), "--no-clipping"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    noise, bright = (next(line for line in lines if line.lstrip().startswith(word)) for word in ("noise", "brightness"))
+    assert re.search(r"noise\s+~0\s+2\.791\s+n/a\s+3/3 MOVED", noise) and "e-31" not in noise and "%" not in noise
+    assert re.search(r"brightness\s+214\.8\s+72\.53\s+-66%\s+3/3 MOVED", bright)

@@ -203,6 +203,67 @@ def test_failed_run_keeps_previous_output_and_checkpoint(env, tmp_path, monkeypa
     assert {f: (dest / f).read_bytes() for f in before} == before, _record_diff(before, dest)
 
 
+def test_cli_interrupt_names_the_kept_checkpoint_only_when_this_run_wrote_it(tmp_path, monkeypatch, capsys):
+    from quantkit.cli.main import Terminated
+    from quantkit.quantize import engine
+
+    def interrupted(save: bool, error: type[KeyboardInterrupt] = KeyboardInterrupt):
+        def run(intake, config, *, out, checkpoint=None, **kw):
+            if save:  # calibration saved its state before the interrupt
+                engine.checkpoint_path(out, checkpoint).write_bytes(b"state")
+            raise error
+        return run
+
+    out = tmp_path / "work" / "quantize" / "sig"
+    out.parent.mkdir(parents=True)
+    ckpt = out.parent / ".sig.calib-checkpoint"
+    args = ["quantize", str(tmp_path / "intake"), "--calibration-set", str(tmp_path / "set"), "--out", str(out)]
+    monkeypatch.setattr(engine, "quantize", interrupted(save=True))
+    assert main(args) == 130
+    assert capsys.readouterr().err == (f"quantkit quantize: interrupted; no output was written; the calibration checkpoint {ckpt} was kept: "
+                                       "the same command resumes from it\n")
+    monkeypatch.setattr(engine, "quantize", interrupted(save=False))  # the stale file was not written by this run: not named
+    assert main(args) == 130
+    assert capsys.readouterr().err == "quantkit quantize: interrupted; no output was written\n"
+    ckpt.unlink()
+    assert main(args) == 130 and capsys.readouterr().err == "quantkit quantize: interrupted; no output was written\n"
+    monkeypatch.setattr(engine, "quantize", interrupted(save=True, error=Terminated))
+    own = tmp_path / "my.ckpt"
+    assert main([*args, "--checkpoint", str(own)]) == 143
+    err = capsys.readouterr().err
+    assert err.startswith("quantkit quantize: terminated (SIGTERM); no output was written; the calibration checkpoint ") and str(own) in err
+    assert err.count("\n") == 1
+
+
+def test_cli_ctrl_c_during_calibration_names_the_checkpoint_a_rerun_resumes_from(tmp_path, monkeypatch, capsys, caplog):
+    import quantkit.calibset.reader as rd
+    from quantkit.quantize import calibrate
+
+    monkeypatch.setattr(calibrate, "CHECKPOINT_INTERVAL_S", 0.0)  # save after every chunk
+    intake, cset = make_tiny_intake(tmp_path / "intake"), make_set(tmp_path / "set", 6, size=32)
+    out = tmp_path / "q"
+    args = ["quantize", str(intake), "--calibration-set", str(cset), "--chunk-size", "2", "--out", str(out)]
+    real = rd.CalibrationSetReader.get_next
+    calls = {"n": 0}
+
+    def ctrl_c(self):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise KeyboardInterrupt
+        return real(self)
+
+    monkeypatch.setattr(rd.CalibrationSetReader, "get_next", ctrl_c)
+    assert main(args) == 130
+    ckpt = tmp_path / ".q.calib-checkpoint"
+    assert capsys.readouterr().err.endswith(f"interrupted; no output was written; the calibration checkpoint {ckpt} was kept: "
+                                            "the same command resumes from it\n")
+    assert ckpt.is_file() and not out.exists()
+    monkeypatch.setattr(rd.CalibrationSetReader, "get_next", real)
+    with caplog.at_level(logging.INFO, logger="quantkit"):
+        assert main(args) == 0
+    assert "resuming calibration from" in caplog.text and not ckpt.exists()
+
+
 def test_exclusions_keep_nodes_float(tmp_path):
     intake = make_tiny_intake(tmp_path / "tiny")
     cset = make_set(tmp_path / "set", 2, size=32)

@@ -49,6 +49,40 @@ def test_show_diff_export_import_replay(env, tmp_path, capsys):
     assert (tmp_path / "replayed" / "model_int8.onnx").read_bytes() == (root / "qa" / "model_int8.onnx").read_bytes()
 
 
+def _record(folder, *tensors):
+    """A record of ``tensors`` (``TensorScale``) saved in ``folder``: enough for ``record diff``."""
+    from quantkit.artifacts import SetRef
+
+    fp = CalibrationRecord.compute_fingerprint(tensors, "m" * 64, "set", "c" * 64)
+    CalibrationRecord(fingerprint=fp, model_digest="m" * 64, quantized_model_digest="q" * 64, calibration_set=SetRef(set_id="set"),
+                      config={}, config_hash="c" * 64, opset_before=13, opset_after=13, versions={}, tensors=tensors).save(folder / "record.json")
+    return folder
+
+
+def _scale(name, scale, zero_point=0):
+    from quantkit.artifacts import TensorScale
+
+    return TensorScale(name, "activation", "uint8", None, (scale,), (zero_point,))
+
+
+def test_diff_of_identical_records_says_nothing_changed_in_one_line(tmp_path, capsys):
+    tensors = [_scale(f"t{i}", 0.01 * (i + 1)) for i in range(25)]
+    a, b = _record(tmp_path / "a", *tensors), _record(tmp_path / "b", *tensors)
+    assert main(["record", "diff", str(a), str(b)]) == 0
+    assert capsys.readouterr().out == "25 tensors: no tensor's scale or zero point changed\n"  # not "the 20 that moved most:" over zeros
+
+
+def test_diff_lists_only_the_tensors_that_changed(tmp_path, capsys):
+    same = [_scale(f"same{i}", 0.01) for i in range(25)]
+    a = _record(tmp_path / "a", *same, _scale("moved", 0.01), _scale("zp", 0.01, 0), _scale("gone", 0.01))
+    b = _record(tmp_path / "b", *same, _scale("moved", 0.02), _scale("zp", 0.01, 3), _scale("new", 0.01))
+    assert main(["record", "diff", str(a), str(b)]) == 0
+    head, *table = capsys.readouterr().out.splitlines()
+    assert head == ("29 tensors: 1 changed scale, 1 changed zero point, 25 unchanged, 0 changed shape (per-tensor <-> per-channel), "
+                    "1 only in A, 1 only in B; the 4 that moved most:")
+    assert [line.split()[0] for line in table[1:]] == ["moved", "zp", "gone", "new"]  # no unchanged rows
+
+
 def test_replay_refuses_another_model(env, tmp_path, capsys):
     root, intake = env
     other = make_tiny_intake(tmp_path / "other", size=20)

@@ -21,7 +21,7 @@ from quantkit.report import ModelInputs, ReportConfig, build_report, make_report
 from quantkit.report.aggregate import scale_moves
 from quantkit.report.model import ShiftMetrics, SiteReport
 from quantkit.report.synthetic import write_inputs
-from quantkit.report.verdict import cause, drift_label, verdict
+from quantkit.report.verdict import cause, drift_label, fp32_fails, verdict
 
 
 @pytest.fixture(scope="module")
@@ -206,6 +206,15 @@ def _site(name: str, dep: tuple[float, str], cand: tuple[float, str] | None = No
 PIXEL = MetricInfo("pixel_iou", "pixel IoU vs FP32", "agreement")
 
 
+def _task_metrics(task: str) -> tuple[MetricInfo, ...]:
+    """The metrics an evaluation summary of ``task`` lists (as ``quantkit evaluate`` writes them)."""
+    from quantkit.tasks import adapter_class
+
+    cls = adapter_class(task)
+    return tuple([MetricInfo(m.name, m.label, "agreement", m.higher_is_better) for m in cls.AGREEMENT]
+                 + [MetricInfo(m.name, m.label, "accuracy", m.higher_is_better) for m in cls.ACCURACY])
+
+
 def _drift(*changes: StatisticChange, changed: bool = True) -> DriftResult:
     from quantkit.artifacts import SetRef
 
@@ -220,7 +229,7 @@ def test_verdict_says_what_to_do_first():
     cfg = ReportConfig()
 
     def v(sites, cand, **kw):
-        return verdict(sites, PIXEL, "text region", "day", cand, cfg, **kw)
+        return verdict(sites, PIXEL, "text region", "day", cand, cfg, metrics=(PIXEL,), **kw)
 
     d, lines = v([_site("day", (0.95, "green"), (0.95, "green"))], "day", same_calibration=True)
     assert d == "keep deployed" and lines[0].startswith("Keep deployed: the candidate is the deployed calibration, nothing to compare;")
@@ -239,19 +248,49 @@ def test_verdict_says_what_to_do_first():
     assert d == "keep deployed" and lines[0] == "Keep deployed: the deployed model agrees with FP32 on every site set (day pixel IoU 0.95)."
 
 
-def test_verdict_says_when_fp32_itself_fails_on_a_labelled_site():
-    def labelled(name, dep, cand, fp32_acc):
-        s = _site(name, dep, cand)
-        fp32 = dataclasses.replace(s.variant("fp32"), accuracy={"exact_accuracy": fp32_acc, "cer_gt": 0.9})
-        return dataclasses.replace(s, metrics=(fp32, *s.metrics[1:]))
+def _labelled(name, dep, cand, accuracy):
+    s = _site(name, dep, cand)
+    fp32 = dataclasses.replace(s.variant("fp32"), accuracy=dict(sorted(accuracy.items())))  # key order as summary.json has it
+    return dataclasses.replace(s, metrics=(fp32, *s.metrics[1:]))
 
-    sites = [labelled("day", (0.7, "red"), (1.0, "green"), 0.9), labelled("flip", (0.25, "red"), (0.3, "red"), 0.0)]
-    d, lines = verdict(sites, PIXEL, "line", "day", "dark", ReportConfig())
+
+def test_verdict_says_when_fp32_itself_fails_on_a_labelled_site():
+    ctc = _task_metrics("ctc_text")
+    sites = [_labelled("day", (0.7, "red"), (1.0, "green"), {"exact_accuracy": 0.9, "cer_gt": 0.02}),
+             _labelled("flip", (0.25, "red"), (0.3, "red"), {"exact_accuracy": 0.0, "cer_gt": 0.9})]
+    d, lines = verdict(sites, PIXEL, "line", "day", "dark", ReportConfig(), metrics=ctc)
     assert d == "needs review" and "still disagrees on flip; FP32 itself fails on flip (below)" in lines[0]
     assert any(line.startswith("On flip FP32 itself gets exact accuracy 0.00 against the labels") for line in lines)
     assert not any(line.startswith("On day FP32 itself") for line in lines)
-    sites[1] = labelled("flip", (0.25, "red"), (0.3, "red"), 0.8)  # FP32 reads flip: the advice is recalibration
-    assert "add images of those conditions" in verdict(sites, PIXEL, "line", "day", "dark", ReportConfig())[1][0]
+    sites[1] = _labelled("flip", (0.25, "red"), (0.3, "red"), {"exact_accuracy": 0.8, "cer_gt": 0.05})  # FP32 reads flip: recalibrate
+    assert "add images of those conditions" in verdict(sites, PIXEL, "line", "day", "dark", ReportConfig(), metrics=ctc)[1][0]
+
+
+def test_a_perfect_recognizer_is_not_called_failing():
+    """The trial's case: a character error rate of 0 (perfect, lower is better) sorts first in summary.json and
+    was read as an accuracy of 0, "FP32 fails"."""
+    site = _labelled("site-normal", (0.95, "green"), None, {"exact_accuracy": 1.0, "cer_gt": 0.0})
+    assert fp32_fails(site, _task_metrics("ctc_text"), ReportConfig()) is None
+    d, lines = verdict([site], PIXEL, "line", "calib-normal", None, ReportConfig(), metrics=_task_metrics("ctc_text"))
+    assert d == "keep deployed" and not any("FP32 itself" in line for line in lines)
+
+
+@pytest.mark.parametrize("task", ["db_text", "box_detector", "classifier", "ctc_text", "segmentation"])
+def test_fp32_is_judged_by_a_higher_is_better_accuracy_of_every_task(task):
+    metrics = _task_metrics(task)
+    accuracy = [m for m in metrics if m.kind == "accuracy"]
+    assert any(m.higher_is_better for m in accuracy), f"{task} declares no accuracy metric FP32 can be judged by"
+    perfect = {m.name: 1.0 if m.higher_is_better else 0.0 for m in accuracy}
+    failing = {m.name: 0.1 if m.higher_is_better else 0.9 for m in accuracy}
+    judged = next(m.name for m in accuracy if m.higher_is_better)
+    assert fp32_fails(_labelled("s", (0.95, "green"), None, perfect), metrics, ReportConfig()) is None
+    assert fp32_fails(_labelled("s", (0.95, "green"), None, failing), metrics, ReportConfig()) == (judged, 0.1)
+    assert fp32_fails(_site("s", (0.95, "green")), metrics, ReportConfig()) is None  # unlabelled: nothing to judge
+
+
+def test_an_error_rate_alone_does_not_judge_fp32():
+    cer = MetricInfo("cer_gt", "character error rate", "accuracy", higher_is_better=False)
+    assert fp32_fails(_labelled("s", (0.95, "green"), None, {"cer_gt": 0.0}), (PIXEL, cer), ReportConfig()) is None
 
 
 def test_image_changes_use_the_drift_words_and_follow_the_model():
@@ -259,7 +298,7 @@ def test_image_changes_use_the_drift_words_and_follow_the_model():
     assert drift_label(unaffected) == ("changed, model still agrees", "neutral")
     assert drift_label(_site("cam2-day", (0.85, "amber"), drift=CAMERA)) == ("changed, recalibrate", "red")
     assert drift_label(_site("cam1-day", (0.95, "green"), drift=_drift(changed=False))) == ("no change", "green")
-    d, lines = verdict([unaffected], PIXEL, "text region", "cam1-day", None, ReportConfig())
+    d, lines = verdict([unaffected], PIXEL, "text region", "cam1-day", None, ReportConfig(), metrics=(PIXEL,))
     assert d == "keep deployed" and "On cam2-day the images changed (the camera or its optics changed (sharpness fell 68%)) but the deployed model still agrees" in lines[1]
     assert cause(NIGHT) == "the lighting changed (brightness fell 70%)"  # "blown-out pixels changed from 0 to 0" says nothing
     # less light also lowers sharpness and raises noise: still a lighting change, not a camera swap

@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from .._io import atomic_write_json, canonical_json, fingerprint, read_json
+from .._overwrite import FileKind, check_replaceable_file, read_json_object
 from ..config import Config
 from ..errors import ConfigError, InputFileError
+from .kinds import a_kind, other_kind
 
 A = TypeVar("A", bound="Artifact")
 
@@ -85,13 +87,17 @@ class Artifact(Config):
         """Read, migrate, validate and check an artifact file (or the ``FILENAME`` inside a folder).
 
         Raises:
-            InputFileError: missing, not JSON, an unsupported schema version, a bad field (the message
-                names the file and the field), or a failed :meth:`check`.
+            InputFileError: missing, not JSON, another kind of quantkit file (the message says which, e.g. a
+                threshold set given to ``CalibrationRecord.load``: :mod:`.kinds`), an unsupported schema version,
+                a bad field (the message names the file and the field), or a failed :meth:`check`.
         """
         p = cls.path_in(path)
         data = read_json(p, cls.KIND)
         if not isinstance(data, dict):
             raise InputFileError(f"{p}: a {cls.KIND} must be a JSON object{cls._rerun()}")
+        other = other_kind(cls, data)
+        if other is not None:
+            raise InputFileError(f"{p}: this is {other}, not {a_kind(cls.KIND)}; {cls._pass_instead()}")
         version = data.get("schema_version")
         if version != cls.SCHEMA_VERSION:
             data = cls.migrate(dict(data), version, p)
@@ -108,9 +114,44 @@ class Artifact(Config):
         return canonical_json(self.to_dict())
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write canonical JSON atomically (sealed artifacts are sealed first); returns the path written."""
+        """Write canonical JSON atomically (sealed artifacts are sealed first); returns the path written.
+
+        Raises:
+            InputFileError: the path holds a file that is not this kind of artifact (:meth:`recognizes`): a
+                user's file, a model, another artifact. It is left as it was.
+        """
         obj = self.sealed() if self.is_sealed() else self
-        return atomic_write_json(self.path_in(path), obj.to_dict())
+        dest = self.path_in(path)
+        check_replaceable_file(dest, self.file_kind())
+        return atomic_write_json(dest, obj.to_dict())
+
+    # -- what an output may replace -----------------------------------------------------------------
+    @classmethod
+    def recognizes(cls, path: Path) -> bool:
+        """Whether the existing file ``path`` is one of this kind that quantkit wrote, so an output may replace it:
+        a JSON object with ``schema_version`` and no key outside this class's fields, or a file :meth:`load`
+        reads (an older schema version it migrates). Never raises."""
+        data = read_json_object(path)
+        if data is None:
+            return False
+        if "schema_version" in data and data.keys() <= {f.name for f in dataclasses.fields(cls)} | {"schema_version"}:
+            return True
+        try:
+            cls.load(path)
+        except Exception:  # not readable as this kind, for whatever reason: not ours to replace
+            return False
+        return True
+
+    @classmethod
+    def file_kind(cls) -> FileKind:
+        """This artifact as a single-file output (:func:`quantkit._overwrite.check_output_file`)."""
+        return FileKind(cls.KIND, cls.recognizes)
+
+    @classmethod
+    def _pass_instead(cls) -> str:
+        """The fix when a loader was handed another kind of file: which file to pass instead."""
+        what = f"the {cls.FILENAME}" if cls.FILENAME else f"{a_kind(cls.KIND)} file"
+        return f"pass {what}" + (f" that '{cls.PRODUCER}' writes" if cls.PRODUCER else "") + (" (or the folder holding it)" if cls.FILENAME else "")
 
     @classmethod
     def _rerun(cls) -> str:

@@ -54,6 +54,9 @@ class StatisticEffect(Config):
 class StatisticChange(Config):
     """How one statistic changed: medians of calibration and site set, relative change, verdict.
 
+    ``relative_change`` is ``(site - calibration) / |calibration|`` of the medians where that means something
+    (:attr:`describable`); otherwise 0 when the medians are within the statistic's :attr:`resolution` of each
+    other, else +-1e9 (the sign of the change).
     ``separation`` is the Jensen-Shannon distance (base 2, 0..1) between the calibration and site values on
     the calibration quantile bins: bounded and unitless, so it ranks statistics of different units.
     ``outside_fraction`` is the fraction (0..1) of site images outside the calibration range widened by the
@@ -78,16 +81,47 @@ class StatisticChange(Config):
         return PLAIN_NAMES.get(self.name, self.name)
 
     @property
+    def resolution(self) -> float:
+        """The smallest difference that counts for this statistic, in its own units
+        (:data:`quantkit.drift.config.RESOLUTION`; 0 for a statistic not listed there)."""
+        from ..drift.config import RESOLUTION  # here, not at the top: quantkit.drift imports this module
+
+        return RESOLUTION.get(self.name, 0.0)
+
+    @property
     def describable(self) -> bool:
-        """Whether the medians describe the change: false when the calibration median is 0."""
-        return self.calibration_median != 0 and math.isfinite(self.calibration_median) and math.isfinite(self.site_median)
+        """Whether a relative change of the medians means something: false when the calibration median is 0 or
+        smaller in magnitude than the statistic's :attr:`resolution` (values closer than it are the same value, so
+        a ratio against it divides by rounding noise: a noise sigma of 6e-31 luma levels on clean images is 0), or
+        when a median is not finite."""
+        c, s = self.calibration_median, self.site_median
+        return math.isfinite(c) and math.isfinite(s) and c != 0 and abs(c) >= self.resolution
+
+    @property
+    def medians_differ(self) -> bool:
+        """Whether the medians differ by at least the statistic's :attr:`resolution` (and at all)."""
+        d = abs(self.site_median - self.calibration_median)
+        return math.isfinite(d) and d > 0 and d >= self.resolution
+
+    def value_text(self, value: float) -> str:
+        """A value of this statistic for a table: 4 significant digits, ``0``, or ``~0`` when it is not 0 but
+        smaller in magnitude than the statistic's :attr:`resolution` (``5.848e-31`` says nothing more)."""
+        if value != 0 and abs(value) < self.resolution:
+            return "~0"
+        return f"{value:.4g}"
+
+    @property
+    def change_text(self) -> str:
+        """The relative change of the medians for a table (``-68%``), ``n/a`` when not :attr:`describable`."""
+        return f"{100.0 * self.relative_change:+.0f}%" if self.describable else "n/a"
 
     @property
     def phrase(self) -> str:
-        """Plain words, e.g. ``"brightness fell 68%"`` or ``"noise rose 2.1x"``."""
+        """Plain words, e.g. ``"brightness fell 68%"``, ``"noise rose 2.1x"`` or, against a calibration median
+        that is not :attr:`describable`, ``"noise changed from ~0 to 2.791"``."""
         c, s = self.calibration_median, self.site_median
-        if c == 0:
-            return f"{self.label} changed from 0 to {s:.3g}"
+        if not self.describable:
+            return f"{self.label} changed from {self.value_text(c)} to {self.value_text(s)}"
         ratio = s / c
         if ratio >= 2.0:
             return f"{self.label} rose {ratio:.1f}x"

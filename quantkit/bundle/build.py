@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from .._io import OUTPUT_MARKER, atomic_output_dir, atomic_write_json, canonical_json, read_json, sha256_file
+from .._overwrite import check_not_input, check_output_dir
 from ..config import Config
 from ..errors import CalibrationSetError, ConfigError, InputFileError
 from ..note import ExportNote
@@ -115,9 +116,12 @@ def _load_model(path: Path) -> Any:
     return load_model(path)
 
 
-def _check_out_dir(out: Path) -> None:
+def _check_out_dir(out: Path, inputs: list[Path]) -> None:
     if out.exists() and not out.is_dir():
         raise InputFileError(f"{out}: exists and is not a folder; pass a folder to --out")
+    check_not_input(out, inputs)
+    if (out / OUTPUT_MARKER).is_file():  # an output folder: only an earlier bundle's (the message names its command)
+        check_output_dir(out, "bundle")
     if out.is_dir():
         foreign = sorted(p.name for p in out.iterdir() if not (BUNDLE_NAME.match(p.name) or p.name in (POINTER_NAME, OUTPUT_MARKER)))
         if foreign:
@@ -158,13 +162,15 @@ def build_bundle(quantized: str | Path, thresholds: str | Path, fp32: str | Path
         :class:`BundleResult`. Same inputs, versions and machine give the same archive bytes.
 
     Raises:
-        InputFileError / ModelError / CalibrationSetError: an input is missing, corrupt or empty.
+        InputFileError / ModelError / CalibrationSetError: an input is missing, corrupt or empty; ``out`` is,
+            holds or lies inside an input, or holds files a bundle run did not write.
         BindingMismatchError: the thresholds are not bound to the record, or the model is not the record's.
         ConfigError: bad config or adapter options.
     """
     cfg = config or BundleConfig()
     out, quantized, fp32, golden = Path(out), Path(quantized), Path(fp32), Path(golden)
-    _check_out_dir(out)
+    sources = [quantized, Path(thresholds), fp32, golden]  # the command's inputs, never replaced by out
+    _check_out_dir(out, sources)
     int8_path = _need(quantized / "model_int8.onnx", "quantized model", "run 'quantkit quantize' for this role")
     record_path = _need(quantized / "record.json", "calibration record", "run 'quantkit quantize' for this role")
     fp32_path = _need(fp32 / "model.onnx", "FP32 intake model", "run 'quantkit intake' first")
@@ -220,7 +226,7 @@ def build_bundle(quantized: str | Path, thresholds: str | Path, fp32: str | Path
             samples=to_samples(samples), patterns=patterns)
         put(MANIFEST_NAME, canonical_json(manifest.to_dict()).encode("utf-8"))
 
-        with atomic_output_dir(out) as tmp:
+        with atomic_output_dir(out, command="bundle", inputs=sources) as tmp:
             partial = tmp / ".bundle.partial"
             digest = write_tar(partial, files, compress=cfg.compress)
             name = f"quantkit-bundle-{digest[:16]}.tar" + (".gz" if cfg.compress else "")

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .._overwrite import FileKind
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("calibset", help="versioned image sets: register, list, show, diff, stats, compose",
@@ -223,10 +225,30 @@ def _compose(args: argparse.Namespace) -> int:
     return 0
 
 
+PLOT_SOFTWARE = "quantkit calibset stats"
+"""The PNG ``Software`` text of a ``--plot``: how a later ``--plot`` knows it may replace the file."""
+
+
+def _is_stats_plot(path: Path) -> bool:
+    """A PNG whose ``Software`` text is :data:`PLOT_SOFTWARE` (a plot this command wrote). Never raises."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)
+    except OSError:
+        return False
+    return head.startswith(b"\x89PNG\r\n\x1a\n") and b"Software\x00" + PLOT_SOFTWARE.encode() in head
+
+
+PLOT_KIND = FileKind("calibration set statistics plot", _is_stats_plot)
+
+
 def _stats(args: argparse.Namespace) -> int:
+    from .._overwrite import check_output_file
     from ..calibset import CalibrationSet, compute_stats, plot_stats, summarize
 
     cset = CalibrationSet.load(args.folder)
+    if args.plot:
+        check_output_file(args.plot, PLOT_KIND, inputs=[args.folder], flag="--plot")  # before decoding the images again
     frame = compute_stats(cset.paths(), root=cset.root) if args.recompute else cset.stats()
     if args.plot:
         import io
@@ -234,7 +256,7 @@ def _stats(args: argparse.Namespace) -> int:
         from .._io import atomic_write_bytes
 
         buf = io.BytesIO()
-        plot_stats({cset.name: frame}).savefig(buf, format="png", dpi=80)
+        plot_stats({cset.name: frame}).savefig(buf, format="png", dpi=80, metadata={"Software": PLOT_SOFTWARE})
         atomic_write_bytes(args.plot, buf.getvalue())
     table = frame if args.per_image else summarize(frame).reset_index()
     if args.json:

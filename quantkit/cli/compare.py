@@ -37,13 +37,15 @@ def run(args: argparse.Namespace) -> int:
     from ..artifacts import CalibrationRecord
     from ..calibset import CalibrationSet, CalibrationSetReader
     from ..errors import ConfigError
+    from ..modelio import check_one_image_batch
     from ..quantize.compare import compare_layers, compare_outputs
     from ..quantize.engine import MODEL_FILE, load_intake
     from ..quantize.runtime_compare import compare_runtimes
 
     if args.max_images is not None and args.max_images < 1:
         raise ConfigError(f"--max-images: {args.max_images} must be >= 1")
-    model_path, _, note = load_intake(args.fp32)
+    model_path, fp32_model, note = load_intake(args.fp32)
+    check_one_image_batch(fp32_model, note.preprocessing.input_name, model_path, batch_axis=note.preprocessing.batch_axis)
     record = CalibrationRecord.load(Path(args.quantized) / "record.json")
     reader = CalibrationSetReader(CalibrationSet.load(args.set), note.preprocessing, batch_size=1)
     n = len(reader) if args.max_images is None else min(args.max_images, len(reader))

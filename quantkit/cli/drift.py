@@ -30,6 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .._overwrite import check_output_file
+    from ..artifacts.drift import DriftResult
     from ..config import config_from_params
     from ..drift import PLAIN_NAMES, DriftConfig, check_drift
     from ..errors import InputFileError
@@ -37,6 +39,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_params(DriftConfig, args.params, "drift")
     if args.out is not None and args.out.is_dir():  # fail before the (slow) check, not after it
         raise InputFileError(f"{args.out}: is a folder; --out takes the drift result's file path, e.g. {args.out / 'site.json'}")
+    if args.out is not None:
+        check_output_file(args.out, DriftResult.file_kind(), inputs=[args.site_set, args.calibration_set, args.quantized, args.fp32, args.params])
     if args.no_clipping:
         cfg = cfg.replace(clipping=False)
     result = check_drift(args.site_set, args.calibration_set, cfg, quantized=args.quantized, fp32=args.fp32)
@@ -50,9 +54,8 @@ def run(args: argparse.Namespace) -> int:
     out.append(f"  {'statistic':<26} {'calib':>10} {'site':>10} {'change':>8}  metrics moved")
     for c in result.changes:
         mark = ("MOVED" + (" (site median outside calibration range)" if c.median_outside else "")) if c.moved else ""
-        change = f"{100 * c.relative_change:>7.0f}%" if c.describable else f"{'–':>8}"  # undefined when the calibration median is 0
-        out.append(f"  {PLAIN_NAMES.get(c.name, c.name):<26} {c.calibration_median:>10.4g} {c.site_median:>10.4g} "
-                   f"{change}  {c.metrics_moved}/{len(cfg.metrics)} {mark}")
+        out.append(f"  {PLAIN_NAMES.get(c.name, c.name):<26} {c.value_text(c.calibration_median):>10} {c.value_text(c.site_median):>10} "
+                   f"{c.change_text:>8}  {c.metrics_moved}/{len(cfg.metrics)} {mark}")
     if result.clipping:
         k = result.clipping
         out.append(f"  clipping: {100 * k.rate:.3f}% vs baseline {100 * k.baseline:.3f}% (threshold {100 * k.threshold:.3f}%)"

@@ -6,6 +6,9 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
+
+from .._overwrite import FileKind, json_with_keys, text_with
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -69,13 +72,65 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     h.set_defaults(func=_report)
 
 
+# What each fleet command may replace (:func:`quantkit._overwrite.check_output_file`): the files an earlier run of the
+# same command wrote. Here, not in quantkit.fleet, until the fleet writers check their outputs themselves.
+SCORES_ENTRIES = frozenset({"rows", "shards", "edges.json", "summary.json", "run.json"})
+"""What ``fleet score`` writes into its --out (see :mod:`quantkit.fleet.score`); hidden names are locks and temporaries."""
+
+
+def _is_manifest(path: Path) -> bool:
+    """A fleet manifest ``fleet register`` wrote: Parquet tagged ``quantkit: fleet manifest v1``, or CSV with its header."""
+    from ..fleet.manifest import COLUMNS
+
+    try:
+        if path.suffix.lower() == ".csv":
+            with open(path, encoding="utf-8") as f:
+                return f.readline().rstrip("\r\n") == ",".join(COLUMNS)
+        import pyarrow.parquet as pq
+
+        meta = pq.read_schema(path).metadata or {}
+        return meta.get(b"quantkit", b"").startswith(b"fleet manifest")
+    except Exception:  # unreadable, not Parquet, not text: not ours to replace
+        return False
+
+
+def _kinds() -> dict[str, FileKind]:
+    import dataclasses
+
+    from ..fleet.check import FleetCheck
+
+    check_keys = {f.name for f in dataclasses.fields(FleetCheck)} | {"schema_version"}
+    return {"manifest": FileKind("fleet manifest", _is_manifest),
+            "run_info": FileKind("fleet score run info", json_with_keys(("scheduler", "ort_threads", "timing_s"))),
+            "check": FileKind("fleet check", json_with_keys(("schema_version", "verdict", "cameras"), check_keys)),
+            "metrics": FileKind("fleet metrics file", json_with_keys(("cameras", "cameras_alerting", "images_scored"))),
+            "report": FileKind("fleet report page", text_with("<!DOCTYPE html>", "<title>Fleet report: "))}
+
+
+def _check_scores_dir(out: Path, inputs: list[Any]) -> None:
+    """--out of ``fleet score``: not an input, not another command's output, and holding only what score writes
+    (it adds to and prunes an earlier scores folder instead of replacing it)."""
+    from .._overwrite import check_not_input, check_not_output_dir
+    from ..errors import InputFileError
+
+    check_not_input(out, inputs)
+    check_not_output_dir(out)
+    if out.is_dir():
+        foreign = sorted(p.name for p in out.iterdir() if p.name not in SCORES_ENTRIES and not p.name.startswith("."))
+        if foreign:
+            raise InputFileError(f"{out}: folder holds files quantkit fleet score did not write ({foreign[0]!r}); "
+                                 "pass a new or empty --out, or an earlier scores folder")
+
+
 def _register(args: argparse.Namespace) -> int:
+    from .._overwrite import check_output_file
     from ..errors import InputFileError
     from ..fleet.manifest import check_manifest, load_manifest, register_tree
 
     if args.source.is_dir():
         if args.out is None:
             raise InputFileError(f"{args.source}: is a folder; pass --out MANIFEST.parquet to build a manifest from it")
+        check_output_file(args.out, _kinds()["manifest"], inputs=[args.source])
         manifest, chk = register_tree(args.source, args.out, layout=args.layout, verify=args.verify)
         head = f"{manifest.path}: {len(manifest)} images, {manifest.frame['camera'].nunique()} cameras, {manifest.frame['site'].nunique()} sites"
     else:
@@ -90,6 +145,7 @@ def _register(args: argparse.Namespace) -> int:
 
 
 def _score(args: argparse.Namespace) -> int:
+    from .._overwrite import check_output_file
     from ..config import config_from_params, has_section
     from ..fleet.config import load_fleet_config
     from ..fleet.score import score_fleet
@@ -104,8 +160,13 @@ def _score(args: argparse.Namespace) -> int:
     model = args.model or fleet.model
     task = config_from_params(TaskConfig, args.params, "task", model=model).adapter if has_section(args.params, "task", model=model) else None
     work = Path("work") / model
-    res = score_fleet(args.manifest, args.fp32 or work / "intake", args.quantized or work / "quantize" / "deployed",
-                      args.thresholds or work / "thresholds" / "deployed.json", args.calibration_set, args.out, cfg,
+    fp32, quantized = args.fp32 or work / "intake", args.quantized or work / "quantize" / "deployed"
+    thresholds = args.thresholds or work / "thresholds" / "deployed.json"
+    inputs = [args.manifest, fp32, quantized, thresholds, args.calibration_set, args.params]
+    _check_scores_dir(args.out, inputs)
+    if args.run_info is not None:
+        check_output_file(args.run_info, _kinds()["run_info"], inputs=inputs, flag="--run-info")
+    res = score_fleet(args.manifest, fp32, quantized, thresholds, args.calibration_set, args.out, cfg,
                       scheduler=args.scheduler, task=task, run_info=args.run_info)
     if args.json:
         sys.stdout.write(json.dumps(res.to_dict(), indent=2, sort_keys=True) + "\n")
@@ -118,10 +179,15 @@ def _score(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     from .._io import atomic_write_json
+    from .._overwrite import check_output_file
     from ..fleet.check import check_fleet
     from ..fleet.config import load_fleet_config
 
     cfg = load_fleet_config(args.params).check
+    inputs = [args.scores, args.calibration_set, args.params, args.truth]
+    for path, kind, flag in ((args.out, "check", "--out"), (args.metrics, "metrics", "--metrics")):
+        if path is not None:
+            check_output_file(path, _kinds()[kind], inputs=inputs, flag=flag)
     res = check_fleet(args.scores, args.calibration_set, cfg, truth=args.truth)
     if args.out:
         res.save(args.out)
@@ -141,9 +207,11 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from .._overwrite import check_output_file
     from ..fleet.config import load_fleet_config
     from ..fleet.report import write_fleet_report
 
+    check_output_file(args.out, _kinds()["report"], inputs=[args.check, args.params])
     res = write_fleet_report(args.check, args.out, load_fleet_config(args.params).report)
     sys.stdout.write(f"{res.path}: {res.cameras} cameras, {res.alerting} alerting ({res.bytes} bytes)\n")
     return 0

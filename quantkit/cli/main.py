@@ -83,12 +83,11 @@ def _run(args: argparse.Namespace) -> int:
         where = e.filename if e.filename is not None else "a path"
         print(f"quantkit {args.command}: error: {where}: {e.strerror or e}; check the path and its permissions", file=sys.stderr)
         return 2
-    except Terminated:
-        print(f"quantkit {args.command}: terminated (SIGTERM); no output was written", file=sys.stderr)
-        return 143
-    except KeyboardInterrupt:
-        print(f"quantkit {args.command}: interrupted; no output was written", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # a command that leaves something for the next run names it in ``e.kept`` (one phrase)
+        kept = getattr(e, "kept", "")
+        how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+        print(f"quantkit {args.command}: {how}; no output was written" + (f"; {kept}" if kept else ""), file=sys.stderr)
+        return 143 if isinstance(e, Terminated) else 130
     except Exception as e:  # a quantkit bug, not the user's input: one line, the traceback with -vv
         if args.verbose >= 2:
             raise

@@ -8,6 +8,8 @@ import json
 import sys
 from pathlib import Path
 
+from .._overwrite import FileKind, json_with_keys, text_with
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -29,11 +31,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+MEASUREMENT_FILES = {
+    "measurements.json": FileKind("measurements file", json_with_keys(("latency", "skipped", "slower_than_fp32"))),
+    "measurements.js": FileKind("measurements script", text_with("window.QUANTKIT_MEASUREMENTS = ")),
+}
+"""What measure may replace in --out: the files of an earlier run (here until :mod:`quantkit.report.measure` checks them)."""
+
+
 def run(args: argparse.Namespace) -> int:
+    from .._overwrite import check_not_input, check_not_output_dir, check_output_file
     from ..config import config_from_params
     from ..report.measure import MeasureConfig, measure, write_measurements
 
     cfg = config_from_params(MeasureConfig, args.params, "measure")
+    check_not_input(args.out, [*args.model, args.set, args.params])  # before the (slow) timing
+    check_not_output_dir(args.out)
+    for name, kind in MEASUREMENT_FILES.items():
+        check_output_file(args.out / name, kind)
     result = measure(args.model, cfg, image_set=args.set)
     paths = write_measurements(result, args.out)
     if args.json:

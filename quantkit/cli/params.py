@@ -25,10 +25,12 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .._io import atomic_write_text
-    from ..params import reference, render_markdown, render_text
+    from .._overwrite import check_output_file
+    from ..params import MARKDOWN_KIND, reference, render_markdown, render_text
 
     sections = reference(args.section)
     if args.out:
+        check_output_file(args.out, MARKDOWN_KIND)
         atomic_write_text(args.out, render_markdown(sections))
         print(f"wrote {args.out}: {len(sections)} sections, {sum(len(s.keys) for s in sections)} keys")
     elif args.markdown:

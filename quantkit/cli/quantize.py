@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 HELP = "quantize work/intake statically (calibrated on a set) or dynamically; writes model_int8.onnx + record.json"
@@ -48,9 +49,20 @@ def build_config(args: argparse.Namespace) -> Any:
     return StaticQuantConfig.from_dict(section, where=f"{args.params or 'params'}: {args.section}")
 
 
+def _stamp(path: Path | None) -> tuple[int, int, int] | None:
+    """``(inode, size, mtime ns)`` of a file, None when absent: a checkpoint whose stamp changed during the run was
+    written by it (a stale one, made for another model, set or config, is left as it was and not resumed)."""
+    try:
+        st = path.stat() if path is not None else None
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns) if st is not None else None
+
+
 def run(args: argparse.Namespace) -> int:
     from ..errors import ConfigError
     from ..quantize import quantize
+    from ..quantize.engine import checkpoint_path
 
     from ._roles import role_path
 
@@ -61,8 +73,15 @@ def run(args: argparse.Namespace) -> int:
     floor = {} if args.min_levels is None else {"levels_floor": args.min_levels}
     if args.min_levels is not None and args.dynamic:
         raise ConfigError("--min-levels applies to static quantization only (dynamic models keep float outputs); drop it")
-    rec = quantize(args.intake, config, out=args.out, calibration_set=None if args.dynamic else args.calibration_set,
-                   checkpoint=args.checkpoint, **floor)
+    ckpt = None if args.dynamic else checkpoint_path(args.out, args.checkpoint)
+    before = _stamp(ckpt)
+    try:
+        rec = quantize(args.intake, config, out=args.out, calibration_set=None if args.dynamic else args.calibration_set,
+                       checkpoint=args.checkpoint, **floor)
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: quantize keeps the checkpoint it saved; main() says so
+        if ckpt is not None and ckpt.is_file() and _stamp(ckpt) != before:
+            e.kept = f"the calibration checkpoint {ckpt} was kept: the same command resumes from it"  # type: ignore[attr-defined]
+        raise
     summary = {"out": args.out, "mode": rec.mode, "fingerprint": rec.fingerprint, "tensors": len(rec.tensors),
                "quantized_model_digest": rec.quantized_model_digest, "opset_before": rec.opset_before, "opset_after": rec.opset_after,
                "calibration_set": rec.calibration_set.to_dict() if rec.calibration_set else None, "calibration": rec.calibration}

@@ -47,12 +47,14 @@ def register(subparsers: Any) -> None:
     r.set_defaults(func=_replay)
 
 
-def _new_file(path: str, flag: str) -> None:
-    """Refuse to replace an existing file: the user's file is never overwritten."""
+def _new_file(path: str, flag: str, record: str) -> None:
+    """Refuse to replace an existing file (the user's file is never overwritten) or to write inside the record's folder."""
     from pathlib import Path
 
+    from .._overwrite import check_not_input
     from ..errors import ConfigError
 
+    check_not_input(path, [record], flag=flag)
     if Path(path).exists():
         raise ConfigError(f"{flag} {path}: already exists; choose a new file name or remove it first")
 
@@ -69,7 +71,7 @@ def _show(args: argparse.Namespace) -> int:
     if args.csv:
         from .._io import atomic_write_text
 
-        _new_file(args.csv, "--csv")
+        _new_file(args.csv, "--csv", args.record)
         atomic_write_text(args.csv, table.to_csv(index=False))
     if args.json:
         print(json.dumps({"fingerprint": rec.fingerprint, "mode": rec.mode, "model_digest": rec.model_digest,
@@ -98,13 +100,19 @@ def _diff(args: argparse.Namespace) -> int:
     if args.json:
         print(df.to_json(orient="records", indent=2))
         return 0
+    zp_moved = df["zp_changed"].eq(True)
+    is_changed = (df["rel_change"] > 0) | zp_moved | (df["status"] != "both")
+    changed = df[is_changed]  # an unchanged row says nothing: the table lists only what changed
+    if changed.empty:
+        sys.stdout.write(f"{len(df)} tensors: no tensor's scale or zero point changed\n")
+        return 0
     moved = int((df["rel_change"] > 0).sum())
     st = df["status"].value_counts().to_dict()
-    sys.stdout.write(f"{len(df)} tensors: {moved} changed scale, {int(st.get('both', 0)) - moved} unchanged, "
+    sys.stdout.write(f"{len(df)} tensors: {moved} changed scale, {int(zp_moved.sum())} changed zero point, {int((~is_changed).sum())} unchanged, "
                      f"{int(st.get('shape_changed', 0))} changed shape (per-tensor <-> per-channel), "
                      f"{int(st.get('only_a', 0))} only in A, {int(st.get('only_b', 0))} only in B; "
-                     f"the {min(args.top, len(df))} that moved most:\n")
-    sys.stdout.write(df.head(args.top).to_string(index=False) + "\n")
+                     f"the {min(args.top, len(changed))} that moved most:\n")
+    sys.stdout.write(changed.head(args.top).to_string(index=False) + "\n")
     return 0
 
 
@@ -112,7 +120,7 @@ def _export(args: argparse.Namespace) -> int:
     from ..quantize.aimet import export_aimet
 
     rec = _load(args.record)
-    _new_file(args.out, "--out")
+    _new_file(args.out, "--out", args.record)
     doc = export_aimet(rec, args.out)
     print(f"wrote {args.out}: {len(doc['activation_encodings'])} activation and {len(doc['param_encodings'])} parameter encodings")
     return 0

@@ -6,6 +6,9 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
+
+from .._overwrite import FileKind, read_json_object, text_with
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,13 +31,41 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _is_report_metrics(path: Path) -> bool:
+    """``metrics.json`` of a shift report: ``{model: {..., "verdict": {"candidate_acceptable": ...}}}``."""
+    data = read_json_object(path)
+    return data is not None and all(isinstance(v, dict) and "candidate_acceptable" in (v.get("verdict") or {}) for v in data.values())
+
+
+def report_files() -> dict[str, FileKind]:
+    """What the report may replace in --out: ``{file name: FileKind}`` (the files of an earlier report).
+    Here rather than in :mod:`quantkit.report.render` until the writer checks them itself."""
+    return {"shift_report.html": FileKind("shift report page", text_with("<!DOCTYPE html>", "machine/measurements.js")),
+            "shift_report.md": FileKind("shift report (Markdown)", text_with("# ", "| site set | model | status |")),
+            "metrics.json": FileKind("shift report metrics file", _is_report_metrics)}
+
+
+def check_out(out: Path, inputs: list[Any]) -> None:
+    """Refuse an --out whose report files (or ``plots/``) are not an earlier report's, or that is or holds an input,
+    before anything is written (the report writes several files one after the other)."""
+    from .._overwrite import check_not_input, check_not_output_dir, check_output_dir, check_output_file
+    from ..errors import InputFileError
+
+    if out.exists() and not out.is_dir():
+        raise InputFileError(f"{out}: is a file; --out takes a folder (the report writes several files into it)")
+    check_not_input(out, inputs)
+    check_not_output_dir(out)
+    for name, kind in report_files().items():
+        check_output_file(out / name, kind)
+    check_output_dir(out / "plots", None)
+
+
 def run(args: argparse.Namespace) -> int:
     from ..config import config_from_params
     from ..errors import InputFileError
     from ..report import ModelInputs, ReportConfig, make_report
 
-    if args.out.exists() and not args.out.is_dir():
-        raise InputFileError(f"{args.out}: is a file; --out takes a folder (the report writes several files into it)")
+    check_out(args.out, [*args.model, args.site_sets, args.params])
     for w in args.model:
         if not w.is_dir():
             raise InputFileError(f"{w}: model work folder not found; pass the folder holding eval/, quantize/ and thresholds/ (e.g. work/ppocr_det)")

@@ -69,12 +69,16 @@ def run(args: argparse.Namespace) -> int:
 
 def run_deployment(args: argparse.Namespace) -> int:
     """``--out``: verify the bundle on params' target runtimes and measure agreement with FP32 per site set."""
+    from .._overwrite import check_output_file
+    from ..artifacts.verification import DeploymentVerification
     from ..bundle.deployment import DeploymentVerifyConfig, verify_deployment
     from ..config import config_from_params
     from ..errors import ConfigError, VerificationError
 
     if args.fp32 is None or not args.site_set:
         raise ConfigError("--out needs --fp32 INTAKE_DIR and at least one --site-set DIR")
+    check_output_file(DeploymentVerification.path_in(args.out), DeploymentVerification.file_kind(),  # before the (slow) runs
+                      inputs=[args.bundle, args.fp32, *args.site_set, args.params])
     cfg = config_from_params(DeploymentVerifyConfig, args.params, "verify")
     if args.runtime:
         cfg = cfg.replace(runtimes=tuple(args.runtime))

@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from ..errors import InputFileError
+from .._overwrite import FileKind
+from ..errors import InputFileError, QuantkitError
 
 DET_MODEL = "ch_PP-OCRv4_det_infer.onnx"
 CLS_MODEL = "ch_ppocr_mobile_v2.0_cls_infer.onnx"
@@ -65,17 +66,44 @@ class CopyModelResult:
         return f"CopyModelResult({self.out!r}, {self.bytes} bytes, {self.sha256[:12]})"
 
 
+def is_packaged_model(path: Path) -> bool:
+    """Whether ``path`` holds the bytes of one of :data:`PACKAGED_MODELS` installed here (so ``copy_model`` may
+    replace it). Never raises."""
+    from .._io import sha256_file
+
+    try:
+        size, digest = path.stat().st_size, sha256_file(path)
+    except OSError:
+        return False
+    for name in PACKAGED_MODELS:
+        try:
+            p = packaged_model_path(name)
+            if p.stat().st_size == size and sha256_file(p) == digest:
+                return True
+        except (QuantkitError, OSError):
+            continue
+    return False
+
+
+MODEL_KIND = FileKind("packaged demo model", is_packaged_model)
+"""What ``copy_model`` may replace (:func:`quantkit._overwrite.check_output_file`): a copy of a packaged model."""
+
+
 def copy_model(out: str | Path, name: str = "ppocr_det") -> CopyModelResult:
     """Copy a packaged model (default the PP-OCRv4 detector) to ``out`` atomically.
 
     Raises:
-        InputFileError: the package or model is missing (see :func:`packaged_model_path`), or ``out`` is a folder.
+        InputFileError: the package or model is missing (see :func:`packaged_model_path`), or ``out`` is a folder
+            or an existing file that is not one of the packaged models (:data:`MODEL_KIND`).
     """
     from .._io import atomic_write_bytes, sha256_bytes
+    from .._overwrite import check_output_file
 
     dest = Path(out)
     if dest.is_dir():
         raise InputFileError(f"{dest}: is a folder; pass a file path such as models/ppocr_det.onnx")
-    data = packaged_model_path(name).read_bytes()
+    source = packaged_model_path(name)
+    check_output_file(dest, MODEL_KIND, inputs=[source])
+    data = source.read_bytes()
     atomic_write_bytes(dest, data)
     return CopyModelResult(str(dest), len(data), sha256_bytes(data))

@@ -32,6 +32,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .._io import atomic_output_dir, atomic_write_json
+from .._overwrite import FileKind, check_output_file, json_with_keys
 from ..config import Config
 from ..errors import ConfigError
 from .camera import CameraConfig, LightingConfig, capture
@@ -215,6 +216,11 @@ def _render_camera(cfg: FleetDemoConfig, index: int, root: str) -> int:
     return cfg.days * cfg.images_per_day
 
 
+TRUTH_KEYS = ("schema_version", "start_date", "days", "images_per_day", "cameras", "events", "stable")
+TRUTH_KIND = FileKind("demo fleet truth", json_with_keys(TRUTH_KEYS, TRUTH_KEYS))
+"""What the truth path may replace: an earlier truth file (:func:`quantkit._overwrite.check_output_file`)."""
+
+
 def truth(cfg: FleetDemoConfig) -> dict[str, Any]:
     """The planted truth: cameras (site, line), events (cameras, start day and date) and stable cameras."""
     start = _dt.date.fromisoformat(cfg.start_date)
@@ -247,7 +253,8 @@ def render_fleet(cfg: FleetDemoConfig) -> RenderFleetResult:
 
     n = len(cfg.layout())
     procs = cfg.processes or os.cpu_count() or 1
-    with atomic_output_dir(cfg.out) as tmp:
+    check_output_file(cfg.truth, TRUTH_KIND, flag="fleet.demo.truth")  # now, not after rendering
+    with atomic_output_dir(cfg.out, command="demo make-fleet", flag="fleet.demo.out") as tmp:
         if procs > 1:
             with concurrent.futures.ProcessPoolExecutor(max_workers=min(procs, n)) as pool:
                 counts = list(progress(pool.map(_render_camera, [cfg] * n, range(n), [str(tmp)] * n), total=n, desc="render fleet", unit="camera"))

@@ -154,7 +154,7 @@ def make_set(config: DemoConfig, name: str, *, out: str | Path | None = None) ->
     times = capture_times(spec, lighting)
     labels: dict[str, list[list[list[float]]]] = {}
     captured: dict[str, str] = {}
-    with atomic_output_dir(dest) as tmp:
+    with atomic_output_dir(dest, command="demo make-set") as tmp:
         (tmp / IMAGES).mkdir()
         for i in progress(range(spec.count), total=spec.count, desc=f"render {name}"):
             data, quads = render_image(assets, spec, i, camera, lighting, config.input_size)

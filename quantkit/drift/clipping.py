@@ -40,10 +40,12 @@ def clipping_rates(fp32_dir: str | Path, record_dir: str | Path, images: Sequenc
     """
     from ..artifacts.record import CalibrationRecord
     from ..imageio import load_image
+    from ..modelio import check_one_image_batch
     from ..quantize.compare import clipping_rates as clipping_table
     from ..quantize.engine import load_intake
 
     model_path, model, note = load_intake(fp32_dir)
+    check_one_image_batch(model, note.preprocessing.input_name, model_path, batch_axis=note.preprocessing.batch_axis)
     record = CalibrationRecord.load(record_dir)
     digest = sha256_file(model_path)
     if record.model_digest != digest:

@@ -118,6 +118,8 @@ class DriftConfig(Config):
             raise ConfigError(f"drift.chunks: {self.chunks} must be 0 (auto) or at least 2")
         if self.repeats < 1:
             raise ConfigError(f"drift.repeats: {self.repeats} must be at least 1")
+        if self.seed < 0:
+            raise ConfigError(f"drift.seed: {self.seed} must be >= 0 (numpy's generators take no negative seed)")
         if not 0.5 <= self.quantile <= 1.0:
             raise ConfigError(f"drift.quantile: {self.quantile} must be in 0.5..1.0")
         if self.margin < 1.0:

@@ -156,7 +156,8 @@ def compare_statistics(calibration: Any, site: Any, cfg: DriftConfig) -> tuple[l
             n_moved += moved
             effects.append(StatisticEffect(name, metric, _finite(effect), _finite(threshold), moved))
         cm, sm = float(np.median(ref)), float(np.median(cur))
-        rel = (sm - cm) / abs(cm) if cm != 0 else (0.0 if sm == 0 else math.copysign(1e9, sm))
+        # a ratio against a median within the resolution of 0 divides by rounding noise (StatisticChange.describable)
+        rel = (sm - cm) / abs(cm) if cm != 0 and abs(cm) >= res else (0.0 if abs(sm - cm) <= res else math.copysign(1e9, sm - cm))
         frac, median_out = _outside(ref, cur, res)
         moved = n_moved >= cfg.min_metrics or (cfg.range_check and median_out)
         changes.append(StatisticChange(name, cm, sm, _finite(rel), n_moved, moved, metrics.jensen_shannon(ref, cur, bins=cfg.bins),
@@ -170,9 +171,10 @@ def _finite(x: float) -> float:
 
 def describe_changes(changes: Sequence[StatisticChange]) -> list[str]:
     """Plain phrases (:attr:`StatisticChange.phrase`) of the statistics that moved, most separated
-    first. A moved statistic whose medians cannot describe it (see :attr:`~StatisticChange.describable`)
-    is skipped ("changed from 0 to 0" says nothing); only when no other statistic moved is it named,
-    without numbers ("blown-out pixels shifted")."""
+    first. A moved statistic whose medians cannot describe it (no meaningful relative change, see
+    :attr:`~StatisticChange.describable`, and medians within the statistic's resolution of each other) is
+    skipped ("changed from 0 to 0" says nothing); only when no other statistic moved is it named, without
+    numbers ("blown-out pixels shifted")."""
     moved = sorted((c for c in changes if c.moved), key=lambda c: (-c.separation, c.name))
-    phrases = [c.phrase for c in moved if c.describable]
+    phrases = [c.phrase for c in moved if c.describable or c.medians_differ]
     return phrases or [f"{PLAIN_NAMES.get(c.name, c.name)} shifted" for c in moved]

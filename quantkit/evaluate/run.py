@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from .._io import atomic_output_dir, atomic_write_json, atomic_write_text, sha256_file
+from .._overwrite import check_output_dir
 from ..artifacts.evaluation import EvalSummary, EvaluatedModel, MetricInfo, VariantSummary
 from ..artifacts.record import SetRef
 from ..artifacts.thresholds import ThresholdSet
@@ -133,19 +134,23 @@ def evaluate(site_dir: str | os.PathLike[str], fp32_dir: str | os.PathLike[str],
 
     Raises:
         BindingMismatchError: a threshold set does not belong to its quantized folder's record/model.
-        InputFileError / ModelError / CalibrationSetError / ConfigError: bad inputs (one line each).
+        InputFileError / ModelError / CalibrationSetError / ConfigError: bad inputs (one line each); ``out`` is,
+            holds or lies inside an input, or is a folder another command wrote.
     """
     from ..calibset import CalibrationSet
     from ..calibset.reader import CalibrationSetReader
     from ..runner import OrtRunner
 
-    from ..modelio import load_model
+    from ..modelio import check_one_image_batch, load_model
 
+    inputs = [site_dir, fp32_dir, *(p for pair in quantized.values() for p in pair)]
+    check_output_dir(out, "evaluate", inputs=inputs)  # now, not after the models ran
     fdir = _fp32_dir(fp32_dir)
     fmodel = fdir / "model.onnx"
     fp32_digest = sha256_file(fmodel)
     note = ExportNote.load(fdir / "export_note.json")
     proto = load_model(fmodel, load_external_data=False)
+    check_one_image_batch(proto, note.preprocessing.input_name, fmodel, batch_axis=note.preprocessing.batch_axis)
     task = task.with_model(proto)
     roles = _roles(quantized, task, fp32_digest)
     cset = CalibrationSet.load(site_dir)
@@ -198,7 +203,7 @@ def evaluate(site_dir: str | os.PathLike[str], fp32_dir: str | os.PathLike[str],
                                   ts.fingerprint, dict(ts.values), dict(ts.fp32_values),
                                   {k: v.decision_value for k, v in ts.integer_domain.items()}) for r, (_, ts) in roles.items()},
     )
-    with atomic_output_dir(out) as tmp:
+    with atomic_output_dir(out, command="evaluate", inputs=inputs) as tmp:
         atomic_write_text(tmp / "per_image.csv", rows_csv(rows, primary.name))
         atomic_write_json(tmp / "score_hist.json", {"bin_edges": [round(float(v), 6) for v in edges],
                                                     "counts": {k: v.tolist() for k, v in hist.items()}, "source": task.SCORES})

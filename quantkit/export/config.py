@@ -74,6 +74,8 @@ class TorchExportConfig(Config):
             raise ConfigError(f"export.batch_size: {self.batch_size} must be >= 1")
         if self.atol < 0 or self.rtol < 0 or self.random_samples < 0:
             raise ConfigError("export.atol, export.rtol and export.random_samples must be >= 0")
+        if self.seed < 0:
+            raise ConfigError(f"export.seed: {self.seed} must be >= 0 (numpy's generators take no negative seed)")
         if len(set(self.output_names)) != len(self.output_names) or any(not n for n in self.output_names):
             raise ConfigError(f"export.output_names: {list(self.output_names)} must be distinct, non-empty names")
         if self.preprocessing.input_name in self.output_names:

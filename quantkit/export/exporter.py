@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from .._io import atomic_output_dir, atomic_write_bytes, atomic_write_json, sha256_bytes
+from .._overwrite import check_output_dir
 from ..errors import ConfigError, ModelError
 from ..intake.inspect import InspectReport, inspect_model
 from ..intake.notecheck import text_probe
@@ -227,11 +228,14 @@ def export_torch(module: Any, config: TorchExportConfig, out: str | Path, *, com
             exported model fails validation.
         ExportMismatchError: ONNX Runtime's outputs differ from PyTorch's beyond ``atol + rtol*|torch|``
             (the first diverging submodule is named).
+        InputFileError: ``out`` is, holds or lies inside MODULE's file, or is a folder another command wrote.
     """
     import onnx
 
     from ..versions import CORE, tool_versions
 
+    inputs = [Path(p) for p in ((module, module.rsplit(":", 1)[0]) if isinstance(module, str) else ()) if p and Path(p).is_file()]
+    check_output_dir(out, "export", inputs=inputs)  # now, not after the export
     torch = import_torch()
     source = load_source(module, config.factory_kwargs, seed=config.seed) if isinstance(module, str) else _wrap(module, config)
     xs = _samples(config)
@@ -270,7 +274,7 @@ def export_torch(module: Any, config: TorchExportConfig, out: str | Path, *, com
     final = model.SerializeToString()
     result = ExportResult(config, source.spec, source.kind, sha256_bytes(final), len(xs), outputs, validation, inspect_model(model), note,
                           exporter_warnings)
-    with atomic_output_dir(out) as tmp:
+    with atomic_output_dir(out, command="export", inputs=inputs) as tmp:
         atomic_write_bytes(tmp / "model.onnx", final)
         for rel, blob in files.items():
             atomic_write_bytes(tmp / rel, blob)

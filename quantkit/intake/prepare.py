@@ -24,6 +24,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .._io import atomic_output_dir, atomic_write_bytes, atomic_write_json, sha256_bytes, sha256_file
+from .._overwrite import check_output_dir
 from ..config import Config
 from ..errors import ConfigError, ModelError
 from ..modelio import load_model, opset_of
@@ -116,6 +117,8 @@ class IntakeConfig(Config):
             raise ConfigError(f"intake.target_opset: {self.target_opset} must be in 7..23 or null")
         if self.atol < 0 or self.note_check_margin < 0 or self.random_samples < 0:
             raise ConfigError("intake.atol, intake.note_check_margin and intake.random_samples must be >= 0")
+        if self.seed < 0:
+            raise ConfigError(f"intake.seed: {self.seed} must be >= 0 (numpy's generators take no negative seed)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,8 +220,11 @@ def intake(model_path: str | Path, config: IntakeConfig, out: str | Path, task: 
             ONNX Runtime cannot load (e.g. custom-domain operators), or the numeric check beyond
             ``config.atol`` (unless ``accept_numeric_change``).
         ConfigError: the note check flags the declared preprocessing (``note_check: error``).
+        InputFileError: ``out`` is the model, holds it, or is a folder another command wrote
+            (:func:`quantkit._overwrite.check_output_dir`).
         Nothing is written under ``out`` when an error is raised.
     """
+    check_output_dir(out, "intake", inputs=[model_path])  # now, not after the conversion
     path = str(model_path)
     original = load_model(model_path)
     before = inspect_model(original)
@@ -234,7 +240,7 @@ def intake(model_path: str | Path, config: IntakeConfig, out: str | Path, task: 
     check_runtime_loads(prepared, path, before.custom_domains)
     feeds, sample_digest = _samples(config)
 
-    with atomic_output_dir(out) as tmp:
+    with atomic_output_dir(out, command="intake", inputs=[model_path]) as tmp:
         if config.ort_pre_process:
             prepared = ort_pre_process(prepared, tmp)
             steps.append("onnxruntime.quantization.shape_inference.quant_pre_process(skip_symbolic_shape=True)")

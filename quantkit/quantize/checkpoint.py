@@ -21,12 +21,33 @@ from typing import Any
 import numpy as np
 
 from .._io import atomic_write_bytes
+from .._overwrite import FileKind
 from ..versions import tool_versions
 
 log = logging.getLogger(__name__)
 
 FORMAT = 3
 """Checkpoint format: 3 = npz arrays (1-2 were pickles of ORT objects, never read)."""
+
+
+def is_checkpoint(path: Path) -> bool:
+    """Whether ``path`` is a calibration checkpoint quantkit wrote, of any format (so a run may replace it):
+    an ``.npz`` (zip) holding ``__meta__.npy``, or a pickle stream (formats 1-2). Never raises."""
+    import zipfile
+
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1)
+        if head == b"\x80":  # pickle protocol >= 2
+            return True
+        with zipfile.ZipFile(path) as z:
+            return "__meta__.npy" in z.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
+FILE_KIND = FileKind("calibration checkpoint", is_checkpoint)
+"""What a checkpoint path may replace (:func:`quantkit._overwrite.check_output_file`)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -57,6 +57,10 @@ class TensorOverride(Config):
             shaped = [k for k in ("symmetric", "reduce_range", "rmin", "rmax") if getattr(self, k) is not None]
             if shaped:
                 raise UnsupportedOptionError(f"tensor_overrides: {shaped[0]!r} conflicts with a fixed scale/zero_point (ORT rejects it); drop one")
+            it = int_type(self.quant_type) if self.quant_type is not None else None
+            if it is not None and self.zero_point is not None and not it.qmin <= self.zero_point <= it.qmax:
+                raise ConfigError(f"zero_point: {self.zero_point} is outside {self.quant_type}'s codes "
+                                  f"[{it.qmin}, {it.qmax}]; give a code in that range")
         if self.rmin is not None and self.rmax is not None and self.rmin > self.rmax:
             raise ConfigError(f"tensor_overrides: rmin {self.rmin} > rmax {self.rmax}; swap them")
 

@@ -29,13 +29,15 @@ from typing import Any
 import numpy as np
 
 from .._io import atomic_output_dir, sha256_bytes, sha256_file
+from .._overwrite import check_output_dir, check_output_file, set_folder
 from ..artifacts.record import CalibrationRecord, SetRef, TensorScale
 from ..errors import CalibrationSetError, ConfigError, ModelError, QuantkitError, TargetSupportError, UnsupportedOptionError
-from ..modelio import load_model, opset_of
+from ..modelio import check_one_image_batch, load_model, opset_of
 from ..note import ExportNote
 from ..versions import tool_versions
 from . import adapter, outputs
 from .calibrate import CalibrationRun, collect_ranges
+from .checkpoint import FILE_KIND as CHECKPOINT_KIND
 from .checkpoint import CheckpointKey
 from .config import DynamicQuantConfig, StaticQuantConfig
 from .runtime_check import check_runs, combination_fix
@@ -294,6 +296,13 @@ def _dynamic(model: Any, model_path: Path, note: ExportNote, config: DynamicQuan
     return _record(tensors, model_digest, sha256_bytes(data), None, config, opset_of(model), opset_of(q), "dynamic", calib)
 
 
+def checkpoint_path(out: str | Path, checkpoint: str | Path | None = None) -> Path:
+    """The calibration checkpoint file a static :func:`quantize` into ``out`` uses: ``checkpoint`` when given, else
+    ``<out parent>/.<out name>.calib-checkpoint``."""
+    out = Path(out)
+    return Path(checkpoint) if checkpoint is not None else out.parent / f".{out.name}.calib-checkpoint"
+
+
 def quantize(
     intake: str | Path,
     config: StaticQuantConfig | DynamicQuantConfig,
@@ -328,21 +337,27 @@ def quantize(
             raises :class:`CalibrationSetError` naming it (register the changed set as a new version).
         TargetSupportError: ONNX Runtime's CPU provider cannot load or run the quantized model at its default
             optimization level (e.g. 4-bit activations with 8-bit weights); nothing is written.
+        InputFileError: ``out`` is, holds or lies inside the intake or the calibration set, or is a folder
+            another command wrote; ``checkpoint`` is an input or a file that is not a calibration checkpoint.
     """
     model_path, model, note = load_intake(intake)
     out = Path(out)
+    inputs = [intake, model_path, set_folder(calibration_set)]
     if isinstance(config, DynamicQuantConfig):
         if calibration_set is not None:
             raise UnsupportedOptionError("dynamic quantization takes no calibration set (activations are quantized at run time); drop --calibration-set or drop --dynamic")
-        with atomic_output_dir(out) as tmp:
+        with atomic_output_dir(out, command="quantize", inputs=inputs) as tmp:
             rec = _dynamic(model, model_path, note, config, tmp)
             rec.save(tmp / RECORD_FILE)
         return rec
     if not isinstance(config, StaticQuantConfig):
         raise TypeError(f"config must be StaticQuantConfig or DynamicQuantConfig, not {type(config).__name__}")
-    ckpt = Path(checkpoint) if checkpoint is not None else out.parent / f".{out.name}.calib-checkpoint"
+    check_one_image_batch(model, note.preprocessing.input_name, model_path, batch_axis=note.preprocessing.batch_axis)
+    ckpt = checkpoint_path(out, checkpoint)
+    check_output_dir(out, "quantize", inputs=inputs)  # these two now, not after calibrating
+    check_output_file(ckpt, CHECKPOINT_KIND, inputs=inputs, flag="--checkpoint")  # it is replaced, then removed
     try:
-        with atomic_output_dir(out) as tmp:
+        with atomic_output_dir(out, command="quantize", inputs=inputs) as tmp:
             rec = _static(model, model_path, note, config, calibration_set, tmp, ckpt, None, levels_floor=levels_floor)
             rec.save(tmp / RECORD_FILE)
     except QuantkitError as e:
@@ -375,7 +390,8 @@ def replay(record: CalibrationRecord | str | Path, intake: str | Path, *, out: s
     cfg_dict = {k: v for k, v in rec.config.items()}
     config = StaticQuantConfig.from_dict(cfg_dict)
     out = Path(out)
-    with atomic_output_dir(out) as tmp:
+    record_file = None if isinstance(record, CalibrationRecord) else record
+    with atomic_output_dir(out, command="record replay", inputs=[intake, model_path, record_file]) as tmp:
         new = _static(model, model_path, note, config, None, tmp, None, rec)
         new.save(tmp / RECORD_FILE)
     return new

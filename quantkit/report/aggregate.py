@@ -236,7 +236,8 @@ def build_model_report(inputs: ModelInputs, cfg: ReportConfig) -> ModelReport:
     cand = roles.get("candidate")
     same = cand is not None and cand[0].fingerprint == dep_rec.fingerprint
     primary = summary.metric(summary.primary_metric)
-    decision, lines = verdict(sites, primary, summary.item, dep_rec.set_name, cand[0].set_name if cand else None, cfg, same_calibration=same)
+    decision, lines = verdict(sites, primary, summary.item, dep_rec.set_name, cand[0].set_name if cand else None, cfg,
+                              metrics=summary.metrics, same_calibration=same)
     fallback = _fallback(inputs.candidate) if inputs.candidate else None
     site_paths = [s.images_dir.as_posix() if s.images_dir else f"site_sets/{s.name}" for s in sites]
     deploy = tuple(deploy_commands(inputs.name, inputs.candidate, inputs.candidate_thresholds, fallback, site_paths)) \

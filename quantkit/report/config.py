@@ -28,7 +28,8 @@ class ReportConfig(Config):
         thumbnail_px: longest thumbnail side in pixels.
         top_tensors: tensors listed in "scales that moved most".
         fp32_min_accuracy: on a labelled site set, FP32's accuracy against the labels (the task's first accuracy
-            metric) below this says the model itself fails there: recalibration cannot fix it, and the verdict says so.
+            metric where higher is better: exact text accuracy for recognizers, not their character error rate) below
+            this says the model itself fails there: recalibration cannot fix it, and the verdict says so.
         title: report title.
         candidate_latency: show the latency the fallback measured for the candidate (vs FP32 and deployed; from
             its ``fallback.json``). Machine-dependent: a re-run on another machine rewrites those figures.

@@ -91,21 +91,32 @@ def _mean(d: dict[str, ShiftMetrics | None], primary: MetricInfo) -> float:
     return float(np.mean(vals)) if vals else float("nan")
 
 
-def fp32_fails(site: SiteReport, cfg: ReportConfig) -> tuple[str, float] | None:
-    """``(metric, value)`` when FP32's accuracy against the site set's labels (the task's first accuracy metric) is
-    below ``cfg.fp32_min_accuracy``; None when it is not, or the set is unlabelled."""
+def fp32_accuracy_metric(metrics: Sequence[MetricInfo]) -> MetricInfo | None:
+    """The metric FP32 is judged by against the labels: the first accuracy metric the task adapter declares (its
+    ``ACCURACY`` order, as the evaluation summary lists them) where higher is better, e.g. exact text accuracy for
+    ``ctc_text`` (not its character error rate), top-1 accuracy for ``classifier``, F1 for ``db_text`` and
+    ``box_detector``. None when the task declares none: an error rate has no floor on the 0..1 accuracy scale of
+    ``report.fp32_min_accuracy``, so FP32 is not judged then."""
+    return next((m for m in metrics if m.kind == "accuracy" and m.higher_is_better), None)
+
+
+def fp32_fails(site: SiteReport, metrics: Sequence[MetricInfo], cfg: ReportConfig) -> tuple[str, float] | None:
+    """``(metric, value)`` when FP32's accuracy against the site set's labels (:func:`fp32_accuracy_metric` of the
+    task's ``metrics``) is below ``cfg.fp32_min_accuracy``; None when it is not, the set is unlabelled, or the task
+    has no higher-is-better accuracy metric."""
     fp32 = site.variant("fp32")
-    if fp32 is None or not fp32.accuracy:
+    judged = fp32_accuracy_metric(metrics)
+    if fp32 is None or judged is None or judged.name not in fp32.accuracy:
         return None
-    name, value = next(iter(fp32.accuracy.items()))
-    return (name, value) if value == value and value < cfg.fp32_min_accuracy else None
+    value = fp32.accuracy[judged.name]
+    return (judged.name, value) if value == value and value < cfg.fp32_min_accuracy else None
 
 
-def _facts(sites: Sequence[SiteReport], dep: dict[str, ShiftMetrics | None], primary: MetricInfo, item: str, deployed_cal: str,
-           cfg: ReportConfig) -> list[str]:
+def _facts(sites: Sequence[SiteReport], dep: dict[str, ShiftMetrics | None], primary: MetricInfo, metrics: Sequence[MetricInfo], item: str,
+           deployed_cal: str, cfg: ReportConfig) -> list[str]:
     facts = []
     for s in sites:
-        failing = fp32_fails(s, cfg)
+        failing = fp32_fails(s, metrics, cfg)
         if failing is not None:
             facts.append(f"On {s.name} FP32 itself gets {failing[0].replace('_', ' ')} {failing[1]:.2f} against the labels: the model, "
                          "not the quantization, fails there, and no calibration set can fix that; the model needs retraining or "
@@ -123,14 +134,17 @@ def _facts(sites: Sequence[SiteReport], dep: dict[str, ShiftMetrics | None], pri
 
 
 def verdict(sites: Sequence[SiteReport], primary: MetricInfo, item: str, deployed_cal: str, candidate_cal: str | None, cfg: ReportConfig,
-            *, same_calibration: bool = False) -> tuple[str, list[str]]:
+            *, metrics: Sequence[MetricInfo], same_calibration: bool = False) -> tuple[str, list[str]]:
     """Decision (one of :data:`quantkit.report.model.DECISIONS`) and plain sentences: the first says what to do and
-    why, the others give the facts (sample sizes and 95% bootstrap CIs) and the commands that carry it out."""
+    why, the others give the facts (sample sizes and 95% bootstrap CIs) and the commands that carry it out.
+
+    ``metrics``: the task's metrics (:attr:`quantkit.artifacts.EvalSummary.metrics`, in the adapter's order with their
+    direction); FP32's accuracy on labelled site sets is judged by :func:`fp32_accuracy_metric` of them."""
     dep = {s.name: s.variant("deployed") for s in sites}
     cand = {s.name: s.variant("candidate") for s in sites}
     bad = [n for n, m in dep.items() if m and m.status != "green"]
     has_candidate = bool(candidate_cal) and any(cand.values()) and not same_calibration
-    facts = _facts(sites, dep, primary, item, deployed_cal, cfg)
+    facts = _facts(sites, dep, primary, metrics, item, deployed_cal, cfg)
     status_words = {n: f"{short(primary)} {m.agreement.get(primary.name, float('nan')):.2f}, {m.status}" for n, m in dep.items() if m}
     disagrees = "the deployed model disagrees with FP32 on " + _names([f"{n} ({status_words[n]})" for n in bad]) if bad else ""
     if not has_candidate:
@@ -166,7 +180,7 @@ def verdict(sites: Sequence[SiteReport], primary: MetricInfo, item: str, deploye
         if fixes and breaks:
             tail = f"{recal} fixes {_names(fixes)} but breaks {_names(breaks)}; compose a calibration set that covers both conditions"
         elif fixes:
-            hopeless = [s.name for s in sites if s.name in still and fp32_fails(s, cfg)]
+            hopeless = [s.name for s in sites if s.name in still and fp32_fails(s, metrics, cfg)]
             advice = (f"FP32 itself fails on {_names(hopeless)} (below)" if hopeless == still
                       else "add images of those conditions to the calibration set")
             tail = f"{recal} fixes {_names(fixes)} but still disagrees on {_names(still)}; {advice}"

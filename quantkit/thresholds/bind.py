@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from .._io import sha256_file
+from .._overwrite import check_output_file
 from ..artifacts.record import CalibrationRecord, SetRef
 from ..artifacts.thresholds import Binding, ThresholdSet
 from ..errors import AgreementError, InputFileError
-from ..modelio import load_model
+from ..modelio import check_one_image_batch, load_model
 from ..note import ExportNote
 from ..tasks import TaskAdapter
 from .binding import QUANT_MODEL, append_history, integer_domain_for, read_history
@@ -70,19 +71,23 @@ def bind(quant_dir: str | os.PathLike[str], fp32_dir: str | os.PathLike[str], re
     Raises:
         AgreementError: the primary agreement metric at the chosen thresholds is below ``config.min_agreement``
             (nothing is written).
-        InputFileError / ModelError / CalibrationSetError / ConfigError: missing or bad inputs (one line).
+        InputFileError / ModelError / CalibrationSetError / ConfigError: missing or bad inputs (one line); ``out``
+            is an input, lies inside an input folder, or is an existing file that is not a threshold set.
     """
     from ..calibset import CalibrationSet
 
     qdir, fdir = Path(quant_dir), Path(fp32_dir)
+    check_output_file(ThresholdSet.path_in(out), ThresholdSet.file_kind(), inputs=[qdir, fdir, reference_dir, history])
     qmodel, fmodel = qdir / QUANT_MODEL, fdir / "model.onnx"
     for p, what in [(qmodel, "quantized model (run 'quantkit quantize')"), (fmodel, "FP32 model (run 'quantkit intake')")]:
         if not p.is_file():
             raise InputFileError(f"{p}: {what} not found")
     record = CalibrationRecord.load(qdir)
     note = ExportNote.load(fdir / "export_note.json")
+    fproto = load_model(fmodel, load_external_data=False)
+    check_one_image_batch(fproto, note.preprocessing.input_name, fmodel, batch_axis=note.preprocessing.batch_axis)
     cset = CalibrationSet.load(reference_dir)
-    task = task.with_model(load_model(fmodel, load_external_data=False))
+    task = task.with_model(fproto)
     fp = run_pass(fmodel, reference_dir, note, task, desc="bind fp32")
     q = run_pass(qmodel, reference_dir, note, task, desc=f"bind {qdir.name}")
     ref = SetRef(set_id=cset.set_id, name=cset.name, camera=cset.camera,

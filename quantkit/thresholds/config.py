@@ -42,6 +42,8 @@ class OperatingPointConfig(Config):
                 raise ConfigError(f"thresholds.operating_point.{name}: {v} must be in (0, 1)")
         if self.bootstrap_resamples < 10:
             raise ConfigError(f"thresholds.operating_point.bootstrap_resamples: {self.bootstrap_resamples} must be >= 10")
+        if self.bootstrap_seed < 0:
+            raise ConfigError(f"thresholds.operating_point.bootstrap_seed: {self.bootstrap_seed} must be >= 0 (numpy's generators take no negative seed)")
 
     def bootstrap_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of :func:`quantkit.thresholds.stats.bootstrap_ratio` for this config."""

@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from ..._io import atomic_output_dir, output_lock, sha256_file
+from ..._overwrite import check_output_dir, set_folder
 from ...artifacts.record import CalibrationRecord
 from ...errors import ConfigError, ModelError
+from ...modelio import check_one_image_batch
 from ...progress import progress
 from ..config import StaticQuantConfig
 from .candidates import Builder, Prober, ReferenceData, Scorer, load_references
@@ -137,14 +139,18 @@ def precision_fallback(intake: str | Path, config: FallbackConfig, *, reference_
     Raises:
         ConfigError, ModelError, CalibrationSetError: bad inputs (one line, naming the file or field); ``out``
             is left as it was.
+        InputFileError: ``out`` is, holds or lies inside an input, or is a folder another command wrote.
     """
     from ..engine import MODEL_FILE, RECORD_FILE, load_intake
 
     t0 = time.perf_counter()
-    with output_lock(out):  # an unwritable or busy --out fails now, not after the search
+    inputs = [intake, base, deployed, *(set_folder(s) for s in [*reference_sets, calibration_set])]
+    check_output_dir(out, "fallback", inputs=inputs)  # now, not after the search
+    with output_lock(out):  # an unwritable or busy --out fails now too
         pass
     metric = metric or agreement_metric()
     model_path, model0, note = load_intake(intake)
+    check_one_image_batch(model0, note.preprocessing.input_name, model_path, batch_axis=note.preprocessing.batch_axis)
     model, renamed = named_copy(model0)
     if renamed:
         log.info("fallback: %d unnamed nodes named <op_type>_<index> (graph order)", renamed)
@@ -190,7 +196,7 @@ def precision_fallback(intake: str | Path, config: FallbackConfig, *, reference_
             renamed_nodes=renamed, seconds={"search": round(t_search, 1), "total": round(time.perf_counter() - t0, 1)} if config.timings else {})
         if not config.timings:
             result = dataclasses.replace(result, rounds=tuple(dataclasses.replace(r, seconds=0.0) for r in result.rounds))
-        with atomic_output_dir(out) as tmp:
+        with atomic_output_dir(out, command="fallback", inputs=inputs) as tmp:
             (tmp / MODEL_FILE).write_bytes((final.folder / MODEL_FILE).read_bytes())
             record.save(tmp / RECORD_FILE)
             result.save(tmp / FallbackResult.FILENAME)

@@ -1,0 +1,79 @@
+"""Which kind of quantkit file a JSON object is, so a loader handed the wrong file says what it got.
+
+``CalibrationRecord.load("thresholds/minmax.json")`` should say "this is a threshold set", not complain about a
+schema version. An artifact class (:class:`~quantkit.artifacts.base.Artifact`) is recognised by its fields
+(:func:`fits`); the JSON files quantkit writes that are not artifacts (the export note, ``intake.json``, an image
+set's ``manifest.json``, a bundle's ``bundle.json`` pointer and in-archive manifest) by keys their writers always
+put in them (:data:`OTHER_FILES`). Only a match with exactly one kind names it; anything else is left to the
+loader's own checks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+from ..config import Config
+
+OTHER_FILES: tuple[tuple[str, str, str, frozenset[str]], ...] = (
+    ("intake report", "intake.json", "quantkit intake", frozenset({"fixed_input", "numeric_check", "export_note"})),
+    ("image set manifest", "manifest.json", "quantkit calibset register", frozenset({"set_id", "images", "kind"})),
+    ("bundle pointer", "bundle.json", "quantkit bundle", frozenset({"bundle", "sha256", "threshold_fingerprint"})),
+    ("bundle manifest", "manifest.json inside a bundle", "quantkit bundle", frozenset({"format", "members"})),
+)
+"""``(kind, file name, the command that writes it, keys every such file has)`` for JSON files that are not
+:class:`Artifact` classes (``IntakeResult.to_dict``, ``calibset.manifest._manifest_dict``, ``bundle.build``'s
+pointer, ``BundleManifest.to_dict``)."""
+
+
+def a_kind(kind: str) -> str:
+    """``kind`` with its article: ``a threshold set``, ``an evaluation summary``."""
+    return f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind}"
+
+
+def _named(kind: str, filename: str, writer: str) -> str:
+    origin = ", ".join(x for x in (filename, f"written by '{writer}'" if writer else "") if x)
+    return a_kind(kind) + (f" ({origin})" if origin else "")
+
+
+def fits(cls: type[Config], data: Mapping[str, Any]) -> bool:
+    """Whether ``data`` has the fields of ``cls`` as written today: at least one key besides ``schema_version``,
+    none that is not a field, and every field without a default."""
+    fields = dataclasses.fields(cls)
+    keys = set(data) - {"schema_version"}
+    required = {f.name for f in fields if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+    return bool(keys) and keys <= {f.name for f in fields} and required <= keys
+
+
+def _artifact_classes() -> list[type[Any]]:
+    from . import drift, evaluation, fallback, record, thresholds, verification  # noqa: F401 - registers the subclasses
+    from .base import Artifact
+
+    out: list[type[Any]] = []
+    todo = list(Artifact.__subclasses__())
+    while todo:
+        c = todo.pop(0)
+        todo.extend(c.__subclasses__())
+        if c.KIND != Artifact.KIND and c not in out:
+            out.append(c)
+    return out
+
+
+def describe(data: Mapping[str, Any]) -> str | None:
+    """What ``data`` is, e.g. ``"a threshold set (thresholds.json, written by 'quantkit bind')"``, when it fits exactly
+    one known kind of file; else None."""
+    from ..note import ExportNote
+
+    found = [_named(c.KIND, c.FILENAME, c.PRODUCER) for c in _artifact_classes() if fits(c, data)]
+    if fits(ExportNote, data):
+        found.append(_named("export note", "export_note.json", "quantkit intake"))
+    found += [_named(kind, name, writer) for kind, name, writer, keys in OTHER_FILES if keys <= set(data)]
+    return found[0] if len(found) == 1 else None
+
+
+def other_kind(cls: type[Config], data: Mapping[str, Any]) -> str | None:
+    """What ``data`` is when it is not a ``cls`` but another kind of quantkit file (:func:`describe`), else None
+    (it fits ``cls``, or is no kind this module knows: an older schema version, a damaged file)."""
+    if fits(cls, data):
+        return None
+    return describe(data)
