@@ -527,6 +527,27 @@ def test_optimized_calibration_graph_differs_by_float_rounding_only(env, tmp_pat
     assert worst <= 1e-4, worst
 
 
+class _ListReader:
+    """A calibration reader over in-memory batches ``[{"x": array}, ...]`` given as the arrays of input ``x``."""
+
+    batch_size = 1
+
+    def __init__(self, batches):
+        self.batches, self.i, self.s, self.e = batches, 0, 0, len(batches)
+
+    def __len__(self):
+        return len(self.batches)
+
+    def set_range(self, s, e):
+        self.s, self.e, self.i = s, e, s
+
+    def get_next(self):
+        if self.i >= self.e:
+            return None
+        self.i += 1
+        return {"x": self.batches[self.i - 1]}
+
+
 def _mkdir(p: Path) -> Path:
     p.mkdir(parents=True, exist_ok=True)
     return p
@@ -630,25 +651,9 @@ def test_percentile_tails_fall_back_to_whole_reading_on_nan(tmp_path, caplog):
     batches = [rng.uniform(0.0, 4.0, (1, 4096)).astype(np.float32) for _ in range(3)]
     batches[2][0, :7] = -1.0  # sqrt(-1) = NaN in s and y on the third image
 
-    class Reader:
-        def __init__(self):
-            self.i, self.s, self.e = 0, 0, len(batches)
-
-        def __len__(self):
-            return len(batches)
-
-        def set_range(self, s, e):
-            self.s, self.e, self.i = s, e, s
-
-        def get_next(self):
-            if self.i >= self.e:
-                return None
-            self.i += 1
-            return {"x": batches[self.i - 1]}
-
     cfg = StaticQuantConfig(method="percentile", percentile=99.9, calibration_symmetric=False)
     with caplog.at_level("INFO", logger="quantkit.quantize.reading"):
-        run = collect_ranges(model, Reader(), cfg, workdir=tmp_path, op_types=["Relu", "Sqrt", "Add"])
+        run = collect_ranges(model, _ListReader(batches), cfg, workdir=tmp_path, op_types=["Relu", "Sqrt", "Add"])
     assert "NaN on an image" in caplog.text
     clean = [b[b >= 0] for b in batches]
     s_all = np.sqrt(np.concatenate(clean).astype(np.float32))
@@ -749,24 +754,6 @@ def test_percentile_pinned_tensors_equal_ort_and_reading_whole(tmp_path, cfg, mo
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), str(model))
     batches = [(rng.standard_normal((1, 3, 128, 128)) * s).astype(np.float32) for s in (1.0, 1.2, 0.9, 1.1, 1.0, 1.3)]
 
-    class Reader:
-        batch_size = 1
-
-        def __init__(self):
-            self.i, self.s, self.e = 0, 0, len(batches)
-
-        def __len__(self):
-            return len(batches)
-
-        def set_range(self, s, e):
-            self.s, self.e, self.i = s, e, s
-
-        def get_next(self):
-            if self.i >= self.e:
-                return None
-            self.i += 1
-            return {"x": batches[self.i - 1]}
-
     pinned, passes = set(), []
     real_end = fine_histogram.FineHistogramState.end_pass
 
@@ -777,11 +764,11 @@ def test_percentile_pinned_tensors_equal_ort_and_reading_whole(tmp_path, cfg, mo
 
     monkeypatch.setattr(fine_histogram.FineHistogramState, "end_pass", spy)
     ops = ["Conv", "Clip", "Add", "Mul", "Div"]
-    run = collect_ranges(model, Reader(), cfg, workdir=_mkdir(tmp_path / "t"), op_types=ops)
+    run = collect_ranges(model, _ListReader(batches), cfg, workdir=_mkdir(tmp_path / "t"), op_types=ops)
     assert {"r6", "g"} <= pinned and passes == [False]  # the Clip outputs (at 6; signed: and 0); no recount
-    ref = _ort_one_call(model, Reader(), cfg, tmp_path, op_types=ops)
+    ref = _ort_one_call(model, _ListReader(batches), cfg, tmp_path, op_types=ops)
     monkeypatch.setattr(fine_histogram.FineHistogramState, "cut_for_tails", lambda self, name: None)
-    whole = collect_ranges(model, Reader(), cfg, workdir=_mkdir(tmp_path / "w"), op_types=ops)
+    whole = collect_ranges(model, _ListReader(batches), cfg, workdir=_mkdir(tmp_path / "w"), op_types=ops)
     assert set(run.tensors.data) == set(ref.data) == set(whole.tensors.data)
     for name in ref.data:
         a, b = np.asarray(ref[name].range_value, np.float32), np.asarray(run.tensors[name].range_value, np.float32)
