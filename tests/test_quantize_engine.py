@@ -181,16 +181,7 @@ def test_failed_run_keeps_previous_output_and_checkpoint(env, tmp_path, monkeypa
     before = {f: (dest / f).read_bytes() for f in ("model_int8.onnx", "record.json")}
     import quantkit.calibset.reader as rd
 
-    real = rd.CalibrationSetReader.get_next
-    calls = {"n": 0}
-
-    def flaky(self):
-        calls["n"] += 1
-        if calls["n"] == 4:
-            raise KeyboardInterrupt
-        return real(self)
-
-    monkeypatch.setattr(rd.CalibrationSetReader, "get_next", flaky)
+    real = _interrupt_at_image(monkeypatch, 4)
     with pytest.raises(KeyboardInterrupt):
         quantize(intake, StaticQuantConfig(calibration_chunk_size=2), out=dest, calibration_set=cset)
     assert {f: (dest / f).read_bytes() for f in before} == before, _record_diff(before, dest)
@@ -201,6 +192,24 @@ def test_failed_run_keeps_previous_output_and_checkpoint(env, tmp_path, monkeypa
     assert "after 2 of" in caplog.text and not (tmp_path / ".keep.calib-checkpoint").exists()
     # the resumed run writes the same bytes as the uninterrupted one: the record holds no trace of the resume
     assert {f: (dest / f).read_bytes() for f in before} == before, _record_diff(before, dest)
+
+
+def _interrupt_at_image(monkeypatch, n: int):
+    """Make the calibration reader raise KeyboardInterrupt (Ctrl-C) when it is asked for its ``n``-th image; returns
+    the real ``get_next``, to put back."""
+    import quantkit.calibset.reader as rd
+
+    real = rd.CalibrationSetReader.get_next
+    calls = {"n": 0}
+
+    def ctrl_c(self):
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise KeyboardInterrupt
+        return real(self)
+
+    monkeypatch.setattr(rd.CalibrationSetReader, "get_next", ctrl_c)
+    return real
 
 
 def test_cli_interrupt_names_the_kept_checkpoint_only_when_this_run_wrote_it(tmp_path, monkeypatch, capsys):
@@ -243,16 +252,7 @@ def test_cli_ctrl_c_during_calibration_names_the_checkpoint_a_rerun_resumes_from
     intake, cset = make_tiny_intake(tmp_path / "intake"), make_set(tmp_path / "set", 6, size=32)
     out = tmp_path / "q"
     args = ["quantize", str(intake), "--calibration-set", str(cset), "--chunk-size", "2", "--out", str(out)]
-    real = rd.CalibrationSetReader.get_next
-    calls = {"n": 0}
-
-    def ctrl_c(self):
-        calls["n"] += 1
-        if calls["n"] == 4:
-            raise KeyboardInterrupt
-        return real(self)
-
-    monkeypatch.setattr(rd.CalibrationSetReader, "get_next", ctrl_c)
+    real = _interrupt_at_image(monkeypatch, 4)
     assert main(args) == 130
     ckpt = tmp_path / ".q.calib-checkpoint"
     assert capsys.readouterr().err.endswith(f"interrupted; no output was written; the calibration checkpoint {ckpt} was kept: "

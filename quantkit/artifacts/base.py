@@ -23,7 +23,7 @@ from .._io import atomic_write_json, canonical_json, fingerprint, read_json
 from .._overwrite import FileKind, check_replaceable_file, read_json_object
 from ..config import Config
 from ..errors import ConfigError, InputFileError
-from .kinds import a_kind, other_kind
+from .kinds import a_kind, only_fields, other_kind
 
 A = TypeVar("A", bound="Artifact")
 
@@ -134,7 +134,7 @@ class Artifact(Config):
         data = read_json_object(path)
         if data is None:
             return False
-        if "schema_version" in data and data.keys() <= {f.name for f in dataclasses.fields(cls)} | {"schema_version"}:
+        if "schema_version" in data and only_fields(cls, data):
             return True
         try:
             cls.load(path)

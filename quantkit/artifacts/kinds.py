@@ -36,13 +36,17 @@ def _named(kind: str, filename: str, writer: str) -> str:
     return a_kind(kind) + (f" ({origin})" if origin else "")
 
 
+def only_fields(cls: type[Config], data: Mapping[str, Any]) -> bool:
+    """Whether every key of ``data`` besides ``schema_version`` is a field of ``cls``."""
+    return set(data) - {"schema_version"} <= {f.name for f in dataclasses.fields(cls)}
+
+
 def fits(cls: type[Config], data: Mapping[str, Any]) -> bool:
     """Whether ``data`` has the fields of ``cls`` as written today: at least one key besides ``schema_version``,
-    none that is not a field, and every field without a default."""
-    fields = dataclasses.fields(cls)
+    none that is not a field (:func:`only_fields`), and every field without a default."""
     keys = set(data) - {"schema_version"}
-    required = {f.name for f in fields if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
-    return bool(keys) and keys <= {f.name for f in fields} and required <= keys
+    required = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+    return bool(keys) and only_fields(cls, data) and required <= keys
 
 
 def _artifact_classes() -> list[type[Any]]:
