@@ -216,8 +216,9 @@ def check_replaceable_file(path: PathLike, kind: FileKind, *, flag: str = "--out
     if dest.is_dir():
         raise InputFileError(f"{dest}: is a folder; {flag} takes the path of the {kind.name} file")
     if dest.exists() and not kind.recognize(dest):
-        article = "an" if kind.name[:1].lower() in "aeiou" else "a"
-        raise InputFileError(f"{dest}: exists and is not {article} {kind.name} quantkit wrote, so it is not replaced; {_fix(flag, 'file')}")
+        from .artifacts.kinds import a_kind  # here: quantkit.artifacts itself imports this module
+
+        raise InputFileError(f"{dest}: exists and is not {a_kind(kind.name)} quantkit wrote, so it is not replaced; {_fix(flag, 'file')}")
 
 
 # -- recognizers ---------------------------------------------------------------------------------------------
