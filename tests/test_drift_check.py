@@ -19,7 +19,8 @@ from quantkit.cli.main import main
 from quantkit.drift import DriftConfig, DriftResult, check_drift, null_effects
 from quantkit._io import sha256_file
 from quantkit.drift.clipping import clipping_rates
-from quantkit.errors import CalibrationSetError, ConfigError, InputFileError
+from quantkit.calibset import CalibrationSet
+from quantkit.errors import BindingMismatchError, CalibrationSetError, ConfigError, InputFileError
 from quantkit.note import ExportNote, Preprocessing
 from quantkit.artifacts import CalibrationRecord, SetRef, TensorScale
 
@@ -128,8 +129,9 @@ def test_small_or_missing_sets_fail_clearly(sets, tmp_path):
 # ------------------------------------------------------------------------------------ clipping
 
 
-def _tiny_model(root: Path) -> tuple[Path, Path]:
-    """FP32 ``x -> Relu -> y`` at 1x3x8x8 with an export note, and a record with y's INT8 range [0, 1]."""
+def _tiny_model(root: Path, set_id: str = "set") -> tuple[Path, Path]:
+    """FP32 ``x -> Relu -> y`` at 1x3x8x8 with an export note, and a record (calibrated on ``set_id``) with y's INT8
+    range [0, 1]."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 8])
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "tiny", [x], [y])
@@ -143,16 +145,16 @@ def _tiny_model(root: Path) -> tuple[Path, Path]:
     q.mkdir()
     tensors = (TensorScale("y", "activation", "uint8", None, (0.5 / 255,), (0,), 0.0, 0.5, "minmax"),)
     digest = sha256_file(fp32 / "model.onnx")
-    fp = CalibrationRecord.compute_fingerprint(tensors, digest, "set", "c" * 64)
-    CalibrationRecord(fingerprint=fp, model_digest=digest, quantized_model_digest="q" * 64, calibration_set=SetRef(set_id="set"),
+    fp = CalibrationRecord.compute_fingerprint(tensors, digest, set_id, "c" * 64)
+    CalibrationRecord(fingerprint=fp, model_digest=digest, quantized_model_digest="q" * 64, calibration_set=SetRef(set_id=set_id),
                       config={}, config_hash="c" * 64, opset_before=13, opset_after=13, versions={}, tensors=tensors).save(q / "record.json")
     return fp32, q
 
 
 def test_clipping_rate_counts_values_outside_int8_range(tmp_path):
-    fp32, q = _tiny_model(tmp_path)
     dark = _set(tmp_path, "dark", 8, 5, gain=0.2, images=True, width=8)    # pixels ~24/255 < 0.5: no clipping
     bright = _set(tmp_path, "bright", 8, 6, gain=1.8, images=True, width=8)  # pixels ~216/255 > 0.5: clipped
+    fp32, q = _tiny_model(tmp_path, CalibrationSet.load(dark).set_id)  # calibrated on the dark set
     rates = clipping_rates(fp32, q, sorted((bright / "images").glob("*.png")))
     assert set(rates) == {"y"} and rates["y"] > 0.9
     cfg = DriftConfig(clip_images=4)
@@ -160,6 +162,8 @@ def test_clipping_rate_counts_values_outside_int8_range(tmp_path):
     assert r.clipping is not None and r.clipping.moved and r.clipping.baseline < 0.01
     assert r.clipping.images == 4 and r.clipping.worst[0].tensor == "y" and r.record_fingerprint
     assert any("INT8 activations clip" in s for s in r.reasons)
+    with pytest.raises(BindingMismatchError, match="is not the set .* was calibrated on"):  # the record names its calibration set
+        check_drift(dark, bright, cfg, quantized=q, fp32=fp32)
     other = tmp_path / "other-intake"
     shutil.copytree(fp32, other)
     onnx.save(onnx.load(fp32 / "model.onnx"), other / "model.onnx", save_as_external_data=False)

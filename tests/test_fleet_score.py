@@ -173,3 +173,21 @@ def test_scores_are_the_same_bytes_wherever_the_project_is_cloned(fleet, tmp_pat
         assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), name
     errors = ScoreStore(outs[0]).summary["errors"]["examples"]  # the broken image, named by its URI
     assert errors and str(tmp_path) not in errors[0]["error"] and errors[0]["uri"] in errors[0]["error"]
+
+
+def test_a_calibration_set_other_than_the_records_is_refused(fleet, tmp_path):
+    """The image statistics' baseline is the deployed model's own calibration set: another set is refused, naming both."""
+    import shutil
+
+    from PIL import Image
+
+    from quantkit.calibset import register_set
+    from quantkit.errors import BindingMismatchError
+
+    other = tmp_path / "other"
+    shutil.copytree(fleet["calibration_set"] / "images", other / "images")
+    Image.new("RGB", (32, 32), (200, 10, 10)).save(other / "images" / "0000.png")
+    register_set(other, name="other", kind="calibration", camera="cam1", lighting="day")
+    with pytest.raises(BindingMismatchError, match="set other .* is not the set .* was calibrated on .calib"):
+        score_fleet(fleet["manifest"], fleet["intake"], fleet["quantized"], fleet["thresholds"], other, tmp_path / "scores", FleetScoreConfig())
+    assert not (tmp_path / "scores").exists()

@@ -201,7 +201,13 @@ def test_fallback_records_each_recovery_step(tmp_path):
     assert [s.name for s in r.recovery] == ["fold_affine", "equalization", "adaround", "range_search", "bias_correction"]
     assert r.recovery[0].detail["affine_nodes_folded"] == 2 and r.recovery[0].detail["hardswish_rewritten"] == 1
     assert all(s.metric_after is not None for s in r.recovery) and r.recovery[0].metric_before is not None
-    assert [s.metric_before for s in r.recovery[1:]] == [s.metric_after for s in r.recovery[:-1]]
+    kept = r.recovery[0].metric_before  # each step starts from the last step kept (one that lowered the metric is undone)
+    for s in r.recovery:
+        assert s.metric_before == kept
+        if s.detail.get("reverted"):
+            assert s.metric_after < s.metric_before
+        else:
+            kept = s.metric_after
     assert r.metric_before == r.recovery[-1].metric_after  # the search starts from the recovered model
     q = onnx.load(str(tmp_path / "fb" / "model_int8.onnx"))
     assert "HardSigmoid" in {n.op_type for n in q.graph.node} and "Div" not in {n.op_type for n in q.graph.node}
@@ -280,3 +286,25 @@ def test_equalization_of_a_chain_of_three_convs():
     names = [i.name for i in m.graph.initializer]
     assert len(names) == len(set(names)) == 3  # c2's weights rewritten twice under fresh names, the stale ones pruned
     np.testing.assert_allclose(_run(m, x), ref, rtol=1e-4, atol=1e-5)
+
+
+def test_a_measured_step_that_lowers_the_metric_is_undone():
+    """Recovery keeps a step only if the all-8-bit model scores no lower after it (a trial on rapidocr's recognizer
+    kept an equalization that took it from 0.625 to 0.125); the last step is scored by the search itself."""
+    from quantkit.artifacts import CalibrationRecord
+    from quantkit.quantize.recovery.apply import apply_recovery
+    from quantkit.quantize.recovery.config import RecoveryConfig
+
+    m = affine_hardswish_model()
+    before = m.SerializeToString()
+    rec = CalibrationRecord(fingerprint="f" * 64, model_digest="m" * 64, quantized_model_digest="q" * 64, calibration_set=None, config={},
+                            config_hash="c" * 64, opset_before=13, opset_after=13, versions={}, tensors=(), calibrated_ranges={"ha": (-6.0, 1.5)})
+    scores = iter([0.1, None])  # after fold_affine: lower than 0.9; equalization is the last step
+    images = [RNG.normal(0, 1, (1, 3, 8, 8)).astype(np.float32) for _ in range(2)]
+    out = apply_recovery(m, rec, StaticQuantConfig(), RecoveryConfig(fold_affine=True, equalization=True, images=2), images=images,
+                         input_name="x", measure=lambda *a: next(scores), metric_before=0.9)
+    assert [(s.name, s.metric_before, s.metric_after) for s in out.steps] == [("fold_affine", 0.9, 0.1), ("equalization", 0.9, None)]
+    assert out.steps[0].detail["reverted"] is True and "reverted" not in out.steps[1].detail
+    assert [n.op_type for n in out.model.graph.node] == [n.op_type for n in onnx.load_from_string(before).graph.node]  # fold undone
+    assert out.exact is out.model
+    assert m.SerializeToString() == before  # the input model is never changed

@@ -19,7 +19,7 @@ import numpy as np
 from .._io import fingerprint
 from ..config import Config
 from ..dtypes import int_type
-from ..errors import InputFileError
+from ..errors import BindingMismatchError, InputFileError
 from .base import Artifact
 
 
@@ -116,6 +116,17 @@ class CalibrationRecord(Artifact):
     def set_name(self) -> str:
         """Name of the calibration set, or ``dynamic (no calibration set)``."""
         return self.calibration_set.name if self.calibration_set else f"{self.mode} (no calibration set)"
+
+    def check_calibrated_on(self, cset: Any, record_path: str | Path) -> None:
+        """Refuse ``cset`` (a :class:`~quantkit.calibset.CalibrationSet`) as this record's calibration set unless its
+        content id is the one the record was calibrated on (a dynamic record has none: any set passes).
+
+        Raises:
+            BindingMismatchError: another set (one line naming both and the fix).
+        """
+        if self.calibration_set is not None and self.calibration_set.set_id != cset.set_id:
+            raise BindingMismatchError(f"{cset.root}: set {cset.name} ({cset.set_id[:12]}) is not the set {record_path} was calibrated on "
+                                       f"({self.calibration_set.name}, {self.calibration_set.set_id[:12]}); pass that set as --calibration-set")
 
     def sealed(self) -> "CalibrationRecord":
         """Copy with the fingerprint recomputed from the tensors, model digest, set id and config hash."""

@@ -73,7 +73,7 @@ def verify_deployment(bundle: str | Path, fp32: str | Path, site_sets: Sequence[
     fp32_model = Path(fp32) / "model.onnx"
     if not fp32_model.is_file():
         raise InputFileError(f"{fp32_model}: FP32 intake model not found; run 'quantkit intake' first")
-    sets = [CalibrationSet.load(s) for s in site_sets]
+    sets = [CalibrationSet.load(s, verify=True) for s in site_sets]
     installed = set(available_runtimes())
     names = resolve_runtime_names(cfg.runtimes, keep_unknown=True)
     targets = [r for r in names if r in installed]

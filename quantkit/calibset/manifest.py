@@ -125,6 +125,8 @@ class CalibrationSet:
         if not mpath.is_file():
             if not root.is_dir():
                 raise CalibrationSetError(f"{root}: no such folder; check the calibration set's path")
+            if (root.parent / MANIFEST).is_file():
+                raise CalibrationSetError(f"{root}: this is the image folder of the registered set {root.parent}; pass {root.parent} itself")
             raise CalibrationSetError(f"{root}: no {MANIFEST}; register the folder with 'quantkit calibset register {root} --name NAME'")
         try:
             data = read_json(mpath, "set manifest")

@@ -85,23 +85,26 @@ def check_drift(site_set: str | Path, calibration_set: str | Path, config: Drift
             (``small_calibration``, ``warnings``) and a warning is logged.
         ConfigError: bad options, or clipping enabled without ``quantized``/``fp32``.
         ModelError / InputFileError: model or record unusable.
+        BindingMismatchError: ``quantized`` was calibrated on another set than ``calibration_set``.
     """
     cfg = config or DriftConfig()
     if cfg.clipping and (quantized is None or fp32 is None):
         raise ConfigError("drift.clipping is true but --quantized or --fp32 is missing; pass both or set drift.clipping: false")
     site, site_stats = _load(site_set, "site")
     calib, calib_stats = _load(calibration_set, "calibration")
+    record = None
+    if quantized is not None:
+        from ..artifacts.record import CalibrationRecord
+
+        record = CalibrationRecord.load(quantized)
+        record.check_calibrated_on(calib, CalibrationRecord.path_in(quantized))
     effects, changes = compare_statistics(calib_stats, site_stats, cfg)
     warning = small_calibration(len(calib_stats), len(site_stats), cfg, calib.name)
     if warning:
         log.warning("drift %s: %s", site.name, warning)
     clip = measure_clipping(site.paths(), calib.paths(), Path(fp32), Path(quantized), cfg) if cfg.clipping else None  # type: ignore[arg-type]
     changed = is_changed(changes, clip)
-    record_fp = ""
-    if quantized is not None:
-        from ..artifacts.record import CalibrationRecord
-
-        record_fp = CalibrationRecord.load(quantized).fingerprint
+    record_fp = record.fingerprint if record is not None else ""
     log.info("drift %s vs %s: changed=%s", site.name, calib.name, changed)
     return DriftResult(site_set=_ref(site), calibration_set=_ref(calib), statistics=tuple(effects), changes=tuple(changes),
                        clipping=clip, changed=changed, reasons=tuple(reasons(changes, clip, calib.name)), config=cfg.to_dict(),

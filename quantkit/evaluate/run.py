@@ -153,7 +153,7 @@ def evaluate(site_dir: str | os.PathLike[str], fp32_dir: str | os.PathLike[str],
     check_one_image_batch(proto, note.preprocessing.input_name, fmodel, batch_axis=note.preprocessing.batch_axis)
     task = task.with_model(proto)
     roles = _roles(quantized, task, fp32_digest)
-    cset = CalibrationSet.load(site_dir)
+    cset = CalibrationSet.load(site_dir, verify=True)
     reader = CalibrationSetReader(cset, note.preprocessing, batch_size=1)
     variants = ["fp32"] + list(roles) + [r + FP32_SUFFIX for r in roles]
     tasks = {"fp32": task, **{r: ts.make_adapter().with_model(proto) for r, (_, ts) in roles.items()}, **{r + FP32_SUFFIX: task for r in roles}}

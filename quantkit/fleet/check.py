@@ -124,7 +124,7 @@ def _calibration_counts(calibration_set: str | os.PathLike[str], store: ScoreSto
     from ..calibset import CalibrationSet
     from ..calibset.stats import STAT_COLUMNS
 
-    cset = CalibrationSet.load(calibration_set)
+    cset = CalibrationSet.load(calibration_set, verify=True)
     want = store.edges.source.get("set_id")
     if want and cset.set_id != want:
         raise CalibrationSetError(f"{calibration_set}: set {cset.set_id[:12]} is not the calibration set the scores' edges came from "

@@ -79,6 +79,7 @@ class ScoreResult:
 
 def _spec(manifest: Any, fp32_dir: Path, quantized: Path, thresholds: Path, calibration_set: Path,
           config: FleetScoreConfig, out: Path, ort_threads: int, task: str | None) -> tuple[ScoringSpec, Edges, dict[str, Any]]:
+    from ..artifacts.record import CalibrationRecord
     from ..calibset import CalibrationSet
     from ..note import ExportNote
     from . import decisions
@@ -92,7 +93,8 @@ def _spec(manifest: Any, fp32_dir: Path, quantized: Path, thresholds: Path, cali
     summarizer = decisions.DecisionSummarizer(thresholds, quantized, qmodel)  # refuses a set bound to another record/model
     ts_fp = summarizer.fingerprint
     note = ExportNote.load(fp32_dir / "export_note.json")
-    cset = CalibrationSet.load(calibration_set)
+    cset = CalibrationSet.load(calibration_set, verify=True)
+    CalibrationRecord.load(quantized).check_calibrated_on(cset, CalibrationRecord.path_in(quantized))
     edges = Edges.from_calibration(cset.stats(), config.bins, {"name": cset.name, "set_id": cset.set_id, "path": str(calibration_set)})
     models = {"fp32_digest": sha256_file(fmodel), "int8_digest": sha256_file(qmodel), "thresholds_fingerprint": ts_fp,
               "calibration_set": cset.name, "calibration_set_id": cset.set_id}

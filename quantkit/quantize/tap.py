@@ -147,7 +147,10 @@ TAIL_ROW = 64
 @dataclasses.dataclass(frozen=True)
 class Cut:
     """Cut-offs of a tensor read by its tails: its elements ``<= lo`` or ``>= hi`` (``lo`` None: ``|x| >= hi``).
-    ``amin``: also reduce ``min |x|`` (``ReduceMin(Abs(x))``)."""
+    ``amin``: also reduce ``min |x|`` (``ReduceMin(Abs(x))``): ORT's absolute histogram starts at the smallest ``|x|`` of
+    all images, and every edge moves with it. Tried and not kept: reading it on the first image only (and where an
+    image has one sign) ran 0.92x the wall time (PP-OCR detector at 640x640, 32 images, 4 runs each in turn) but moved
+    101 of 331 percentile ranges off ORT's, up to 0.86 of an ORT bin."""
 
     lo: float | None
     hi: float

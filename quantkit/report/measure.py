@@ -90,7 +90,7 @@ def _feeds(work: Path, image_set: Path | None, n: int) -> list[dict[str, Any]]:
             raise ConfigError(f"{work}: the deployed record names no calibration set folder; pass --set DIR")
         image_set = Path(ref.path)
     pre = ExportNote.load(work / "intake" / "export_note.json").preprocessing
-    reader = CalibrationSetReader(CalibrationSet.load(image_set), pre)
+    reader = CalibrationSetReader(CalibrationSet.load(image_set, verify=True), pre)
     reader.set_range(0, min(n, len(reader)))
     return [{pre.input_name: x} for _, x in reader.iter_batches()]
 

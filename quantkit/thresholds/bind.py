@@ -12,7 +12,7 @@ from .._io import sha256_file
 from .._overwrite import check_output_file
 from ..artifacts.record import CalibrationRecord, SetRef
 from ..artifacts.thresholds import Binding, ThresholdSet
-from ..errors import AgreementError, InputFileError
+from ..errors import AgreementError, BindingMismatchError, InputFileError
 from ..modelio import check_one_image_batch, load_model
 from ..note import ExportNote
 from ..tasks import TaskAdapter
@@ -69,6 +69,7 @@ def bind(quant_dir: str | os.PathLike[str], fp32_dir: str | os.PathLike[str], re
     line bound to another record) are estimated on the new model too.
 
     Raises:
+        BindingMismatchError: ``fp32_dir`` holds another model than the one ``quant_dir`` was quantized from.
         AgreementError: the primary agreement metric at the chosen thresholds is below ``config.min_agreement``
             (nothing is written).
         InputFileError / ModelError / CalibrationSetError / ConfigError: missing or bad inputs (one line); ``out``
@@ -86,7 +87,10 @@ def bind(quant_dir: str | os.PathLike[str], fp32_dir: str | os.PathLike[str], re
     note = ExportNote.load(fdir / "export_note.json")
     fproto = load_model(fmodel, load_external_data=False)
     check_one_image_batch(fproto, note.preprocessing.input_name, fmodel, batch_axis=note.preprocessing.batch_axis)
-    cset = CalibrationSet.load(reference_dir)
+    if (digest := sha256_file(fmodel)) != record.model_digest:
+        raise BindingMismatchError(f"{fmodel}: sha256 {digest[:12]} is not the model {CalibrationRecord.path_in(qdir)} was quantized from "
+                                   f"({record.model_digest[:12]}); pass that model's own intake folder as --fp32")
+    cset = CalibrationSet.load(reference_dir, verify=True)
     task = task.with_model(fproto)
     fp = run_pass(fmodel, reference_dir, note, task, desc="bind fp32")
     q = run_pass(qmodel, reference_dir, note, task, desc=f"bind {qdir.name}")

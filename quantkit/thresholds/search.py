@@ -163,7 +163,8 @@ def derive_operating_point(task: TaskAdapter, fp32: ModelPass, int8: ModelPass, 
         previous_values: thresholds in use before (the previous calibration's), also estimated on the new model.
 
     Raises:
-        CalibrationSetError / ConfigError: the set or the task cannot support the mode.
+        CalibrationSetError / ConfigError: the set or the task cannot support the mode, or (modes other than
+            ``fixed_far``) the FP32 model finds nothing on any reference image.
     """
     fp32_vals = task.thresholds()
     values = dict(fp32_vals)
@@ -171,6 +172,11 @@ def derive_operating_point(task: TaskAdapter, fp32: ModelPass, int8: ModelPass, 
     if previous_values and set(previous_values) == set(fp32_vals):
         labels["previous_thresholds"] = {k: float(v) for k, v in previous_values.items()}
     refs = [task.decide(o) for o in fp32.outputs]
+    if cfg.mode != "fixed_far" and refs and not any(len(r) or r.top is not None or (r.mask is not None and r.mask.any()) for r in refs):
+        raise CalibrationSetError(f"{reference_set.name}: the FP32 model finds nothing on any of its {len(refs)} images at its own thresholds "
+                                  f"{dict(fp32_vals)}, so agreement with it cannot be measured (it would read as perfect); check the intake's "
+                                  f"preprocessing (export_note.json: scale, mean/std, colour order) and the task's thresholds, or bind on a set "
+                                  f"where FP32 finds what it should")
     search: dict[str, SearchRecord] = {}
 
     def extra(name: str) -> list[float]:

@@ -62,7 +62,7 @@ def load_references(reference_sets: Sequence[Any], note: Any, fp32_model: Any, m
     items = list(reference_sets)
     if not items:
         raise ConfigError("fallback reference_set: give at least one reference set folder")
-    sets = [CalibrationSet.load(r) if not isinstance(r, CalibrationSet) else r for r in items]
+    sets = [CalibrationSet.load(r, verify=True) if not isinstance(r, CalibrationSet) else r for r in items]
     names = [s.name for s in sets]
     if len(set(names)) != len(names):
         raise ConfigError(f"fallback reference sets: names must differ to report them apart (got {', '.join(names)})")

@@ -63,7 +63,7 @@ def _calibration_images(rec: CalibrationRecord, calibration_set: Any, note: Any,
     src = calibration_set if calibration_set is not None else (rec.calibration_set.path if rec.calibration_set else None)
     if src is None:
         raise ConfigError("fallback.recovery needs calibration images: pass --calibration-set")
-    cset = src if isinstance(src, CalibrationSet) else CalibrationSet.load(src)
+    cset = src if isinstance(src, CalibrationSet) else CalibrationSet.load(src, verify=True)
     if rec.calibration_set and cset.set_id != rec.calibration_set.set_id:
         raise ConfigError(f"{cset.root}: set id {cset.set_id[:12]} is not the base record's calibration set {rec.calibration_set.set_id[:12]}; "
                           "give the set the base was calibrated on")

@@ -47,7 +47,8 @@ def apply_recovery(model: Any, record: CalibrationRecord, config: StaticQuantCon
             quantized from; rewrites that create tensors add theirs).
         config: the base quantization config (range search adds ``tensor_overrides``).
         images: calibration inputs (model input arrays) for the data-driven techniques.
-        measure: scores the all-8-bit model after each technique (None: not measured).
+        measure: scores the all-8-bit model after each technique (None: not measured); a step after which the
+            score is lower than before it is undone (its ``detail`` gets ``reverted: true``).
         metric_before: the base model's metric (the first step's ``metric_before``).
 
     Raises:
@@ -64,15 +65,36 @@ def apply_recovery(model: Any, record: CalibrationRecord, config: StaticQuantCon
     for name, run in STEPS:
         if not getattr(recovery, name):
             continue
+        kept = _Snapshot(out) if measure is not None else None
         if name not in EXACT and out.exact is out.model:
             out.exact = type(out.model)()
             out.exact.CopyFrom(out.model)
         detail = run(out, recovery, images, input_name)
         after = measure(out.model, out.record, out.config) if measure is not None else None
+        if kept is not None and after is not None and before is not None and after < before:  # it made the 8-bit model worse: undone
+            kept.restore(out)
+            detail = {**detail, "reverted": True}
         out.steps.append(RecoveryStep(name=name, detail=detail, metric_before=before, metric_after=after))
-        log.info("recovery %s: %s; metric %s -> %s", name, detail, before, after)
-        before = after
+        log.info("recovery %s: %s; metric %s -> %s%s", name, detail, before, after, "; reverted (it lowered the metric)" if detail.get("reverted") else "")
+        before = before if detail.get("reverted") else after
     return out
+
+
+class _Snapshot:
+    """The state a recovery step starts from, to undo the step (its rewrites change the model in place)."""
+
+    def __init__(self, out: Recovered) -> None:
+        self.model = type(out.model)()
+        self.model.CopyFrom(out.model)
+        self.exact = None
+        if out.exact is not out.model and out.exact is not None:
+            self.exact = type(out.exact)()
+            self.exact.CopyFrom(out.exact)
+        self.record, self.config = out.record, out.config
+
+    def restore(self, out: Recovered) -> None:
+        out.model, out.record, out.config = self.model, self.record, self.config
+        out.exact = self.model if self.exact is None else self.exact
 
 
 def _adaround(out: Recovered, rc: RecoveryConfig, images: Sequence[np.ndarray], input_name: str) -> dict[str, Any]:
