@@ -48,7 +48,7 @@ def test_verdict_tells_the_lighting_story_with_sample_sizes(paths):
     m = r.models[0]
     assert r.decision == m.decision == "needs review" and m.task == "db_text" and m.primary.name == "pixel_iou"
     assert re.match(r"Needs review: the deployed model disagrees with FP32 on cam1-night \(pixel IoU 0\.[78]\d, (amber|red)\) and cam2-day", m.verdict[0])
-    assert "recalibrating on cam1-night fixes cam1-night but breaks cam1-day and cam2-day; compose a calibration set that covers both conditions" in m.verdict[0]
+    assert "recalibrating on cam1-night improves cam1-night but breaks cam1-day and cam2-day; compose a calibration set that covers both conditions" in m.verdict[0]
     night = next(v for v in m.verdict if v.startswith("On cam1-night"))
     assert "calibrated on cam1-day" in night and "the lighting changed" in night and "brightness fell 68%" in night
     assert re.search(r"pixel IoU 0\.[78]\d \(95% CI 0\.\d\d-0\.\d\d, 5 images\)", night)  # sample size and CI for a quality lead
@@ -246,6 +246,9 @@ def test_verdict_says_what_to_do_first():
     assert d == "keep deployed" and lines[0].startswith("Keep deployed: the deployed model agrees with FP32 on every site set; recalibrating on night would break day")
     d, lines = v([_site("day", (0.95, "green"))], None)
     assert d == "keep deployed" and lines[0] == "Keep deployed: the deployed model agrees with FP32 on every site set (day pixel IoU 0.95)."
+    # better but not green is "improves", never "fixes X but still disagrees on X"; a candidate on the deployed set is no recalibration
+    d, lines = v([_site("day", (0.7, "red"), (0.85, "amber")), _site("night", (0.7, "red"), (0.95, "green"))], "day")
+    assert d == "needs review" and "the candidate (also calibrated on day) fixes night and improves day but still disagrees on day" in lines[0]
 
 
 def _labelled(name, dep, cand, accuracy):

@@ -232,3 +232,30 @@ def test_nms_pixel_inclusive_offset_and_class_wise_groups():
     assert nms(xyxy, scores, labels, 0.45, offset=1).tolist() == [0, 2]          # class 1 is not suppressed by class 0
     assert nms(xyxy, scores, labels, 0.45, class_agnostic=True).tolist() == [0, 1]  # identical boxes 1 and 2
     assert nms(xyxy, scores, labels, 0.45, class_agnostic=True, offset=1).tolist() == [0]
+
+
+def test_fp32_boxes_that_are_not_pixel_boxes_are_refused_naming_decode():
+    """A grid head's raw offsets read as pixel boxes (ddddocr's YOLOX [1, 3549, 6] without ``decode``: 122 boxes on 8
+    images, every coordinate within 2.5 pixels of 0) are refused where FP32's decisions are first used (bind, demo
+    check); real pixel boxes, and a handful of boxes, pass."""
+    from quantkit.tasks.boxdecode import corners
+    from quantkit.tasks.decision import Decision
+
+    def decisions(xyxy):
+        b = np.asarray(xyxy, np.float32)
+        return [Decision(corners(b), np.ones(len(b), np.float32), np.zeros(len(b), np.int64))]
+
+    a = make_adapter("box_detector", {"layout": "rows", "objectness": True})
+    rng = np.random.default_rng(0)
+    cxcywh = np.column_stack([rng.uniform(0, 1.5, (2, 60)).T, rng.uniform(0.8, 1.5, (2, 60)).T])
+    raw = np.column_stack([cxcywh[:, :2] - cxcywh[:, 2:] / 2, cxcywh[:, :2] + cxcywh[:, 2:] / 2])
+    with pytest.raises(ModelError) as e:
+        a.check_reference(decisions(raw))
+    assert "looks undecoded" in str(e.value) and "task.options.decode" in str(e.value) and "60 boxes" in str(e.value)
+    flipped = raw.copy()
+    flipped[:, [0, 2]] = np.column_stack([rng.uniform(10, 300, 60), rng.uniform(0, 5, 60)])  # x1 < x0: negative widths
+    with pytest.raises(ModelError, match="negative width or height"):
+        a.check_reference(decisions(flipped))
+    a.check_reference(decisions(raw * 300))  # pixel boxes
+    a.check_reference(decisions(raw[:10]))  # too few to judge
+    make_adapter("box_detector", {"layout": "rows", "objectness": True, "normalized": True, "input_size": [416, 416]}).check_reference(decisions(raw))

@@ -33,6 +33,9 @@ PLAIN_NAMES = {
 }
 """Plain names of the image statistics (:mod:`quantkit.calibset.stats`) for readers who are not ML engineers."""
 
+SHARE_STATISTICS = ("clip_dark", "clip_bright")
+"""Statistics that are a share of an image's pixels (0..1), written as percent."""
+
 SIZE_STATISTICS = ("width", "height")
 """Statistics reported but never enough on their own to call a set changed: the model input is resized anyway."""
 
@@ -120,6 +123,8 @@ class StatisticChange(Config):
         """Plain words, e.g. ``"brightness fell 68%"``, ``"noise rose 2.1x"`` or, against a calibration median
         that is not :attr:`describable`, ``"noise changed from ~0 to 2.791"``."""
         c, s = self.calibration_median, self.site_median
+        if self.name in SHARE_STATISTICS and math.isfinite(c) and math.isfinite(s):  # a share of the pixels: as percent
+            return f"{self.label} {'rose' if s > c else 'fell'} from {100 * c:.2g}% to {100 * s:.2g}% of the image"
         if not self.describable:
             return f"{self.label} changed from {self.value_text(c)} to {self.value_text(s)}"
         ratio = s / c

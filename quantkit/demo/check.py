@@ -53,6 +53,7 @@ def check_accuracy(cset: Any, model: str | os.PathLike[str], task: Any, *, prepr
     task = task.with_model(load_model(model, load_external_data=False))
     sub = cset if limit is None else dataclasses.replace(cset, entries=cset.entries[:limit])
     counts: dict[str, float] = {}
+    decisions: list[Any] = []
     n = 0
     with OrtRunner(model) as runner:
         for entries, x, tfs in CalibrationSetReader(sub, pre).iter_with_transforms():
@@ -60,7 +61,11 @@ def check_accuracy(cset: Any, model: str | os.PathLike[str], task: Any, *, prepr
             truth = task.truth(entries[0].labels, tfs[0])
             if truth is None:
                 raise CalibrationSetError(f"{cset.root / entries[0].file}: no labels.{task.LABELS}; the check needs a labelled (demo) set")
-            for k, v in task.accuracy(truth, task.decide(out)).items():
+            got = task.decide(out)
+            if len(decisions) < 64:  # enough to see a misread head (task.check_reference); masks are not kept for every image
+                decisions.append(got)
+            for k, v in task.accuracy(truth, got).items():
                 counts[k] = counts.get(k, 0.0) + v
             n += 1
+    task.check_reference(decisions)
     return AccuracyResult(n, task.name, {m.name: round(float(m.value(counts)), 6) for m in task.ACCURACY}, counts)

@@ -154,6 +154,8 @@ def verdict(sites: Sequence[SiteReport], primary: MetricInfo, item: str, deploye
         return "keep deployed", [f"Keep deployed: {same}the deployed model agrees with FP32 on every site set ("
                                  + ", ".join(f"{n} {short(primary)} {m.agreement.get(primary.name, float('nan')):.2f}" for n, m in dep.items() if m)
                                  + ").", *facts]
+    # a candidate calibrated on the deployed model's own set (a fallback of it) is no recalibration
+    recal = f"recalibrating on {candidate_cal}" if candidate_cal != deployed_cal else f"the candidate (also calibrated on {candidate_cal})"
     fixes = [n for n, c in cand.items() if c and dep[n] and STATUS_CODE[c.status] < STATUS_CODE[dep[n].status]]  # type: ignore[union-attr]
     breaks = [n for n, c in cand.items() if c and dep[n] and STATUS_CODE[c.status] > STATUS_CODE[dep[n].status]]  # type: ignore[union-attr]
     still = [n for n, c in cand.items() if c and c.status != "green" and n not in breaks]
@@ -168,7 +170,7 @@ def verdict(sites: Sequence[SiteReport], primary: MetricInfo, item: str, deploye
     elif not bad:
         decision = "keep deployed"
         if breaks:
-            tail = f"recalibrating on {candidate_cal} would break {_names(breaks)}"
+            tail = f"{recal} would break {_names(breaks)}"
         elif cand_green:
             tail = f"the candidate (calibrated on {candidate_cal}) is green too but no closer (mean {short(primary)} {mc:.2f} vs {md:.2f})"
         else:
@@ -176,14 +178,15 @@ def verdict(sites: Sequence[SiteReport], primary: MetricInfo, item: str, deploye
         head = f"Keep deployed: the deployed model agrees with FP32 on every site set; {tail}."
     else:
         decision = "needs review"
-        recal = f"recalibrating on {candidate_cal}"
+        fixed, better = [n for n in fixes if n not in still], [n for n in fixes if n in still]  # green now / better, not green
         if fixes and breaks:
-            tail = f"{recal} fixes {_names(fixes)} but breaks {_names(breaks)}; compose a calibration set that covers both conditions"
+            tail = f"{recal} {'fixes' if fixed else 'improves'} {_names(fixes)} but breaks {_names(breaks)}; compose a calibration set that covers both conditions"
         elif fixes:
             hopeless = [s.name for s in sites if s.name in still and fp32_fails(s, metrics, cfg)]
             advice = (f"FP32 itself fails on {_names(hopeless)} (below)" if hopeless == still
                       else "add images of those conditions to the calibration set")
-            tail = f"{recal} fixes {_names(fixes)} but still disagrees on {_names(still)}; {advice}"
+            done = f"fixes {_names(fixed)}" + (f" and improves {_names(better)}" if better else "") if fixed else f"improves {_names(better)}"
+            tail = f"{recal} {done} but still disagrees on {_names(still)}; {advice}"
         else:
             tail = f"{recal} does not fix it; recalibrate on images that cover the conditions of {_names(bad)}"
         head = f"Needs review: {disagrees}; {tail}."

@@ -197,6 +197,11 @@ class TaskAdapter(Config):
         """Check the model's output shapes against this task's declared layout (called at intake and before
         every run). Raises :class:`ModelError` naming the output, its shape and the declared layout."""
 
+    def check_reference(self, refs: Sequence[Decision]) -> None:
+        """Refuse the FP32 model's decisions on a reference set when they show that this task misreads its outputs
+        (a box head's raw grid offsets read as pixels); called by ``bind`` and ``demo check``. Default: nothing to
+        check. Raises :class:`ModelError` naming the option to set."""
+
     def select_output(self, outputs: Outputs, name: str | None = None) -> np.ndarray:
         """The array named ``name`` (default: ``output``, or the first output). Raises ModelError when absent."""
         if not outputs:

@@ -38,7 +38,7 @@ of matched boxes; detections per image come from the decisions. Against ground-t
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -70,6 +70,10 @@ from .registry import register_adapter
 __all__ = ["BoxDetectorAdapter", "corners", "nms"]
 
 TRANSPOSED_MIN = 1024
+#: What marks pixel boxes that are not (``BoxDetectorAdapter.check_reference``), among at least ``RAW_MIN`` of FP32's boxes
+#: (above the score threshold, after NMS: a post-NMS list padded with zeros is not judged by its padding): a
+#: share of negative widths or heights above ``RAW_SHARE``, or 99 % of the coordinates within ``RAW_EXTENT`` pixels of 0.
+RAW_SHARE, RAW_EXTENT, RAW_MIN = 0.25, 4.0, 20
 """More values per candidate than this (and than candidates) reads as a transposed layout: no detector has over a
 thousand classes, while every anchor-free head proposes thousands of boxes."""
 
@@ -275,6 +279,26 @@ class BoxDetectorAdapter(TaskAdapter):
         if obj is not None:
             scores = scores * obj
         return xyxy, scores.astype(np.float32), labels.astype(np.int64)
+
+    def check_reference(self, refs: Sequence[Decision]) -> None:
+        """Refuse FP32's boxes, read as pixels (``decode`` none, not ``normalized``; at least :data:`RAW_MIN` over
+        ``refs``), that are not pixel boxes: more than :data:`RAW_SHARE` of them with a negative width or height, or 99 %
+        of their coordinates within :data:`RAW_EXTENT` pixels of the origin. Both are a grid head's raw offsets read as
+        decoded boxes (ddddocr's YOLOX ``[1, 3549, 6]``: offsets about 0..1.5) or normalized boxes read as pixels."""
+        if self.decode != "none" or self.normalized:
+            return
+        corners_ = [r.polygons for r in refs if len(r)]
+        if not corners_ or sum(len(c) for c in corners_) < RAW_MIN:
+            return
+        c = np.concatenate(corners_)
+        xyxy = np.stack([c[:, 0, 0], c[:, 0, 1], c[:, 2, 0], c[:, 2, 1]], 1)  # corners() keeps x0, y0 first and x1, y1 third
+        neg = float(np.mean((xyxy[:, 2] < xyxy[:, 0]) | (xyxy[:, 3] < xyxy[:, 1])))
+        extent = float(np.percentile(np.abs(xyxy), 99))
+        if neg > RAW_SHARE or extent <= RAW_EXTENT:
+            what = f"{100 * neg:.0f}% have a negative width or height" if neg > RAW_SHARE else f"99% of their coordinates lie within {extent:.2g} pixels of 0"
+            raise ModelError(f"task 'box_detector': of the FP32 model's {len(xyxy)} boxes from output {self.output or 'output 0'!r} read as "
+                             f"{self.box_format} pixels, {what}: the head looks undecoded (grid offsets) or normalized; set task.options.decode "
+                             f"(yolox, yolov5) with its strides, or normalized: true, or check box_format")
 
     def _decide(self, outputs: Outputs) -> Decision:
         xyxy, scores, labels = self.scored_boxes(outputs)

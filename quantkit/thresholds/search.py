@@ -172,6 +172,7 @@ def derive_operating_point(task: TaskAdapter, fp32: ModelPass, int8: ModelPass, 
     if previous_values and set(previous_values) == set(fp32_vals):
         labels["previous_thresholds"] = {k: float(v) for k, v in previous_values.items()}
     refs = [task.decide(o) for o in fp32.outputs]
+    task.check_reference(refs)
     if cfg.mode != "fixed_far" and refs and not any(len(r) or r.top is not None or (r.mask is not None and r.mask.any()) for r in refs):
         raise CalibrationSetError(f"{reference_set.name}: the FP32 model finds nothing on any of its {len(refs)} images at its own thresholds "
                                   f"{dict(fp32_vals)}, so agreement with it cannot be measured (it would read as perfect); check the intake's "
