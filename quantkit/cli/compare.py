@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     if (digest := sha256_file(model_path)) != record.model_digest:
         raise BindingMismatchError(f"{model_path}: sha256 {digest[:12]} is not the model {Path(args.quantized) / 'record.json'} was quantized "
                                    f"from ({record.model_digest[:12]}); pass that model's own intake folder")
-    reader = CalibrationSetReader(CalibrationSet.load(args.set), note.preprocessing, batch_size=1)
+    reader = CalibrationSetReader(CalibrationSet.load(args.set, verify=True), note.preprocessing, batch_size=1)
     n = len(reader) if args.max_images is None else min(args.max_images, len(reader))
     reader.set_range(0, n)
     qpath = Path(args.quantized) / MODEL_FILE

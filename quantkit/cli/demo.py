@@ -96,7 +96,7 @@ def _check(args: argparse.Namespace) -> int:
     pre = config_from_params(IntakeConfig, args.params, "intake", model=args.model).preprocessing if has_section(
         args.params, "intake", model=args.model) else None
     model = args.file or load_params(args.params, f"models.{args.model}").get("file", f"models/{args.model}.onnx")
-    res = check_accuracy(CalibrationSet.load(args.set), model, task, preprocessing=pre, limit=args.limit)
+    res = check_accuracy(CalibrationSet.load(args.set, verify=True), model, task, preprocessing=pre, limit=args.limit)
     if args.json:
         print(json.dumps(res.to_dict(), sort_keys=True))
     else:
