@@ -104,3 +104,29 @@ def test_bind_refuses_a_reference_set_where_fp32_finds_nothing(work: Path, tmp_p
     err = _one_line(capsys)
     assert "the FP32 model finds nothing on any of its 6 images" in err and "preprocessing" in err
     assert not (tmp_path / "th.json").exists()
+
+
+def test_demo_check_says_n_a_for_metrics_with_nothing_to_count(work: Path, tmp_path: Path, capsys) -> None:
+    """Nothing detected: recall 0 against the labelled boxes, but precision and mean IoU have nothing to count and
+    read n/a (they read 1.000, next to F1 0.000, on ddddocr's YOLOX at the wrong scale)."""
+    from quantkit.calibset import register_set
+
+    labelled = tmp_path / "labelled"
+    shutil.copytree(work / "ref" / "images", labelled / "images")
+    register_set(labelled, name="labelled", kind="reference",
+                 labels={f"images/{p.name}": {"boxes": [[2, 2, 10, 10, 0]]} for p in (labelled / "images").iterdir()})
+    blind = tmp_path / "blind.yaml"
+    blind.write_text(LENIENT.replace("score_thresh: 0.25", "score_thresh: 0.9999999") + f"models:\n  det: {{file: {work / 'det.onnx'}}}\n")
+    capsys.readouterr()
+    assert main(["demo", "check", str(labelled), "--params", str(blind), "--model", "det"]) == 0
+    out = capsys.readouterr().out
+    assert "f1 0.000" in out and "recall 0.000" in out and "precision n/a" in out and "mean_iou n/a" in out, out
+
+
+def test_a_label_key_no_task_reads_is_named_at_registration(work: Path, tmp_path: Path, caplog) -> None:
+    from quantkit.calibset import register_set
+
+    folder = tmp_path / "typo"
+    shutil.copytree(work / "ref" / "images", folder / "images")
+    register_set(folder, name="typo", kind="reference", labels={"images/00.png": {"box": [[2, 2, 10, 10, 0]]}})
+    assert any("no task reads the label key(s) box" in m and "boxes" in m for m in caplog.messages), caplog.messages

@@ -34,3 +34,18 @@ def test_tuning_sections_default_when_absent_and_model_sections_do_not(tmp_path)
     assert config_from_params(VerifyConfig, p, "bundle.verify") == VerifyConfig()
     with pytest.raises(ConfigError, match="section 'task' is missing"):
         config_from_params(TaskConfig, p, "task")
+
+
+def test_bind_fallback_and_fleet_sections_default_when_absent(tmp_path):
+    """bind, fallback and fleet (and bundle) run on their defaults without a section, as report, drift and measure do (a
+    trial stopped on "section 'thresholds' is missing" with a params file holding only intake and task)."""
+    from quantkit.config import config_from_params
+    from quantkit.fleet.config import FleetConfig, load_fleet_config
+    from quantkit.quantize.fallback import FallbackConfig
+    from quantkit.thresholds.config import ThresholdsConfig
+
+    p = tmp_path / "params.yaml"
+    p.write_text("models:\n  rec: {file: rec.onnx}\ntask: {adapter: ctc_text}\n")
+    assert config_from_params(ThresholdsConfig, p, "thresholds", model="rec") == ThresholdsConfig()
+    assert config_from_params(FallbackConfig, p, "fallback", model="rec") == FallbackConfig()
+    assert load_fleet_config(p) == FleetConfig()  # its default model need not be under models: --model names it

@@ -315,6 +315,15 @@ def _measure(root: Path, files: list[Path], name: str, captured_at: Mapping[str,
     return entries, rows, skipped
 
 
+def _warn_unread_label_keys(root: Path, labels: Mapping[str, Any]) -> None:
+    """Warn about ``labels`` keys no registered task reads (a misspelt ``box`` only failed when a task looked for it)."""
+    from ..tasks.registry import label_keys
+
+    if unread := sorted({k for v in labels.values() if isinstance(v, Mapping) for k in v} - label_keys()):
+        log.warning("%s: no task reads the label key(s) %s (the tasks read %s); a task will find no ground truth under them",
+                    root, ", ".join(unread), ", ".join(sorted(label_keys())))
+
+
 def register_set(
     folder: str | os.PathLike[str],
     *,
@@ -364,6 +373,7 @@ def register_set(
     if stray:
         raise CalibrationSetError(f"{root}: labels name {len(stray)} file(s) that are not images of the set ({_some(stray)}); "
                                   f"key the labels by the file's path in the set, e.g. {IMAGES}/0001.jpg")
+    _warn_unread_label_keys(root, labels or {})
     entries, rows, skipped = _measure(root, files, name, captured_at or {}, labels or {}, on_error)
     manifest = _manifest_dict(name, kind, camera, lighting, site, entries, generator)
     mpath = root / MANIFEST

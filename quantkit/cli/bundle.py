@@ -33,9 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..bundle import BundleConfig, build_bundle
-    from ..config import load_params
+    from ..config import has_section, load_params
 
-    data = dict(load_params(args.params, "bundle")) if args.params else {}
+    data = dict(load_params(args.params, "bundle")) if args.params and has_section(args.params, "bundle") else {}
     data.pop("verify", None)  # bundle.verify configures 'quantkit verify'
     cfg = BundleConfig.from_dict(data, where=f"{args.params}:bundle")
     if args.golden_count is not None:

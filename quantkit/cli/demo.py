@@ -100,5 +100,5 @@ def _check(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(res.to_dict(), sort_keys=True))
     else:
-        print(f"{args.set}: {res.task} on {res.images} images: " + ", ".join(f"{k} {v:.3f}" for k, v in res.metrics.items()))
+        print(f"{args.set}: {res.task} on {res.images} images: " + ", ".join(f"{k} {'n/a' if v is None else f'{v:.3f}'}" for k, v in res.metrics.items()))
     return 0

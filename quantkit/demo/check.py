@@ -21,14 +21,14 @@ class AccuracyResult:
 
     images: int
     task: str
-    metrics: dict[str, float]
+    metrics: dict[str, float | None]  # None: nothing to count (e.g. precision when nothing was detected)
     counts: dict[str, float]
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     def __repr__(self) -> str:
-        vals = ", ".join(f"{k}={v:.3f}" for k, v in self.metrics.items())
+        vals = ", ".join(f"{k}={'n/a' if v is None else f'{v:.3f}'}" for k, v in self.metrics.items())
         return f"AccuracyResult({self.task}, {self.images} images, {vals})"
 
 
@@ -68,4 +68,7 @@ def check_accuracy(cset: Any, model: str | os.PathLike[str], task: Any, *, prepr
                 counts[k] = counts.get(k, 0.0) + v
             n += 1
     task.check_reference(decisions)
-    return AccuracyResult(n, task.name, {m.name: round(float(m.value(counts)), 6) for m in task.ACCURACY}, counts)
+    # a metric with nothing to count (precision with no detection, mean IoU with no match) is undefined: None, not its
+    # `empty` value (1.0 reads as perfect)
+    return AccuracyResult(n, task.name, {m.name: round(float(m.value(counts)), 6) if counts.get(m.den, 0.0) > 0 else None
+                                         for m in task.ACCURACY}, counts)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Literal
+from typing import ClassVar, Literal
 
 from ..calibset.stats import STAT_COLUMNS
 from ..config import Config
@@ -190,6 +190,8 @@ class FleetConfig(Config):
     read through its task adapter (``models.<model>.task``).
     """
 
+    PARAMS_OPTIONAL: ClassVar[bool] = True  # no section: the defaults
+
     model: str = "ppocr_det"
     demo: FleetDemoConfig = dataclasses.field(default_factory=FleetDemoConfig)
     score: FleetScoreConfig = dataclasses.field(default_factory=FleetScoreConfig)
@@ -202,12 +204,12 @@ def load_fleet_config(params: str | os.PathLike[str] | None) -> FleetConfig:
 
     Raises:
         InputFileError: the params file is missing or not YAML.
-        ConfigError: the section is missing, or an option is unknown, mistyped or out of range.
+        ConfigError: an option is unknown, mistyped or out of range (no section: the defaults).
     """
     from ..config import config_from_params, has_section, load_params
 
     cfg = config_from_params(FleetConfig, params, "fleet")
-    if has_section(params, "models"):
+    if has_section(params, "fleet") and has_section(params, "models"):
         models = load_params(params, "models")
         if cfg.model not in models:
             raise ConfigError(f"{params}:fleet.model: {cfg.model!r} is not under 'models'; use one of {', '.join(sorted(models))}")

@@ -61,6 +61,14 @@ def adapter_class(name: str) -> type[TaskAdapter]:
     return ADAPTERS[name]
 
 
+def label_keys() -> set[str]:
+    """The ``labels`` keys some registered task reads as ground truth (``boxes``, ``class``, ``text``, ...)."""
+    from . import builtin  # noqa: F401 - registers the built-in adapters
+
+    _load_entry_points()
+    return {cls.LABELS for cls in ADAPTERS.values() if cls.LABELS}
+
+
 def make_adapter(name: str, options: Mapping[str, Any] | None = None) -> TaskAdapter:
     """Build a registered adapter from its name and options (strict: unknown options raise ConfigError)."""
     return adapter_class(name).from_dict(dict(options or {}), where=f"task.options ({name})")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from ..config import Config
 from ..errors import ConfigError
@@ -61,6 +61,8 @@ class ThresholdsConfig(Config):
             below this on the reference set: thresholds would be bound to a model that does not reproduce
             FP32's decisions.
     """
+
+    PARAMS_OPTIONAL: ClassVar[bool] = True  # no section: the defaults
 
     operating_point: OperatingPointConfig = dataclasses.field(default_factory=OperatingPointConfig)
     min_agreement: float = 0.5

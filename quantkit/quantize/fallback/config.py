@@ -6,7 +6,7 @@ Defaults live here and only here; the CLI derives its flags from these fields.
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import ClassVar, Literal
 
 from ...config import Config
 from ...errors import ConfigError
@@ -44,6 +44,8 @@ class FallbackConfig(Config):
             committed), and ``quantkit measure`` times the models beside the report instead.
         recovery: accuracy-recovery techniques applied before the search.
     """
+
+    PARAMS_OPTIONAL: ClassVar[bool] = True  # no section: the defaults
 
     target: float = 0.95
     strategy: Literal["float", "int16"] = "float"
