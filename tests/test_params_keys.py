@@ -49,3 +49,17 @@ def test_bind_fallback_and_fleet_sections_default_when_absent(tmp_path):
     assert config_from_params(ThresholdsConfig, p, "thresholds", model="rec") == ThresholdsConfig()
     assert config_from_params(FallbackConfig, p, "fallback", model="rec") == FallbackConfig()
     assert load_fleet_config(p) == FleetConfig()  # its default model need not be under models: --model names it
+
+
+def test_a_fallback_section_named_on_the_command_line_must_exist(tmp_path):
+    import argparse
+
+    from quantkit.cli.fallback import OVERRIDES, build_config
+
+    p = tmp_path / "params.yaml"
+    p.write_text("task: {adapter: ctc_text}\n")
+    args = argparse.Namespace(params=p, section="fallback_night", model=None, **{k: None for k in OVERRIDES})
+    with pytest.raises(ConfigError, match="section 'fallback_night' is missing"):
+        build_config(args)
+    args.section = "fallback"
+    assert build_config(args).target == 0.95  # the default section may be absent: its defaults

@@ -48,10 +48,13 @@ def register(subparsers: Any) -> None:
 def build_config(args: argparse.Namespace) -> Any:
     """Params ``fallback`` section (``models.<model>.fallback`` when ``--model`` has one; defaults without
     --params) + flag overrides -> FallbackConfig."""
-    from ..config import config_from_params
+    from ..config import config_from_params, has_section, load_params
     from ..quantize.fallback.config import FallbackConfig
 
-    config = config_from_params(FallbackConfig, args.params, args.section, model=getattr(args, "model", None))
+    model = getattr(args, "model", None)
+    if args.params is not None and args.section != "fallback" and not has_section(args.params, args.section, model=model):
+        load_params(args.params, args.section)  # a section named on the command line must exist: one line naming it
+    config = config_from_params(FallbackConfig, args.params, args.section, model=model)
     overrides = {k: getattr(args, k) for k in OVERRIDES if getattr(args, k) is not None}
     return config.replace(**overrides) if overrides else config
 

@@ -193,7 +193,7 @@ def evaluate(site_dir: str | os.PathLike[str], fp32_dir: str | os.PathLike[str],
         for r in runners.values():
             r.deactivate()
     summary = EvalSummary(
-        site_set=SetRef(set_id=cset.set_id, name=cset.name, camera=cset.camera, lighting=cset.lighting, count=cset.count),
+        site_set=SetRef(path=Path(cset.root).as_posix(), set_id=cset.set_id, name=cset.name, camera=cset.camera, lighting=cset.lighting, count=cset.count),
         fp32_model_digest=fp32_digest, task=task.name, task_options=task.options(), primary_metric=primary.name,
         metrics=tuple([MetricInfo(m.name, m.label, "agreement", m.higher_is_better, m.description) for m in task.AGREEMENT]
                       + [MetricInfo(m.name, m.label, "accuracy", m.higher_is_better, m.description) for m in task.ACCURACY]),
