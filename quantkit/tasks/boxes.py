@@ -70,12 +70,13 @@ from .registry import register_adapter
 __all__ = ["BoxDetectorAdapter", "corners", "nms"]
 
 TRANSPOSED_MIN = 1024
+"""More values per candidate than this (and than candidates) reads as a transposed layout: no detector has over a
+thousand classes, while every anchor-free head proposes thousands of boxes."""
+
 #: What marks pixel boxes that are not (``BoxDetectorAdapter.check_reference``), among at least ``RAW_MIN`` of FP32's boxes
 #: (above the score threshold, after NMS: a post-NMS list padded with zeros is not judged by its padding): a
 #: share of negative widths or heights above ``RAW_SHARE``, or 99 % of the coordinates within ``RAW_EXTENT`` pixels of 0.
 RAW_SHARE, RAW_EXTENT, RAW_MIN = 0.25, 4.0, 20
-"""More values per candidate than this (and than candidates) reads as a transposed layout: no detector has over a
-thousand classes, while every anchor-free head proposes thousands of boxes."""
 
 LOGIT_RANGE = (-8.0, 8.0)
 """Nominal range of score logits for the effective-levels check (sigmoid 0.0003..0.9997)."""

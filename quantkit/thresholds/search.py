@@ -165,6 +165,7 @@ def derive_operating_point(task: TaskAdapter, fp32: ModelPass, int8: ModelPass, 
     Raises:
         CalibrationSetError / ConfigError: the set or the task cannot support the mode, or (modes other than
             ``fixed_far``) the FP32 model finds nothing on any reference image.
+        ModelError: FP32's decisions show that the task misreads the model's outputs (``task.check_reference``).
     """
     fp32_vals = task.thresholds()
     values = dict(fp32_vals)
