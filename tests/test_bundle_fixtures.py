@@ -89,12 +89,11 @@ def make_quantized(intake: Path, out: Path, seed: int, images: Path | None = Non
     tensors = extract_scales(onnx.load(str(q_path)), onnx.load(str(intake / "model.onnx")), calibrator="minmax")
     set_id = hashlib.sha256(f"calib-{seed}".encode()).hexdigest()
     cs = {"path": f"calibration_sets/seed{seed}", "set_id": set_id, "name": f"seed{seed}", "camera": "cam1", "lighting": "day", "count": 8}
-    if images is not None and (images / "manifest.json").is_file():  # a registered set: the record names it
-        from quantkit.calibset import CalibrationSet
-
-        c = CalibrationSet.load(images)
-        set_id = c.set_id
-        cs = {"path": str(images), "set_id": set_id, "name": c.name, "camera": c.camera, "lighting": c.lighting, "count": c.count}
+    if images is not None and (images / "manifest.json").is_file():  # a set with a manifest (some written by hand): the record names it
+        m = json.loads((images / "manifest.json").read_text())
+        set_id = str(m.get("set_id", set_id))
+        cs = {"path": str(images), "set_id": set_id, "name": str(m.get("name", images.name)), "camera": str(m.get("camera", "cam1")),
+              "lighting": str(m.get("lighting", "day")), "count": len(m.get("images", [])) or 8}
     model_digest = sha256_file(intake / "model.onnx")
     chash = hashlib.sha256(b"config").hexdigest()
     rec = CalibrationRecord(fingerprint=CalibrationRecord.compute_fingerprint(tensors, model_digest, set_id, chash), model_digest=model_digest,

@@ -174,11 +174,6 @@ def derive_operating_point(task: TaskAdapter, fp32: ModelPass, int8: ModelPass, 
         labels["previous_thresholds"] = {k: float(v) for k, v in previous_values.items()}
     refs = [task.decide(o) for o in fp32.outputs]
     task.check_reference(refs)
-    if cfg.mode != "fixed_far" and refs and not any(len(r) or r.top is not None or (r.mask is not None and r.mask.any()) for r in refs):
-        raise CalibrationSetError(f"{reference_set.name}: the FP32 model finds nothing on any of its {len(refs)} images at its own thresholds "
-                                  f"{dict(fp32_vals)}, so agreement with it cannot be measured (it would read as perfect); check the intake's "
-                                  f"preprocessing (export_note.json: scale, mean/std, colour order) and the task's thresholds, or bind on a set "
-                                  f"where FP32 finds what it should")
     search: dict[str, SearchRecord] = {}
 
     def extra(name: str) -> list[float]:
@@ -201,6 +196,11 @@ def derive_operating_point(task: TaskAdapter, fp32: ModelPass, int8: ModelPass, 
                                                                       objective="f1", truth=True)
         else:
             values[pspec.name], search[pspec.name] = target_recall(at, pspec, int8, cfg, extra(pspec.name))
+    if cfg.mode != "fixed_far" and refs and not any(len(r) or r.top is not None or (r.mask is not None and r.mask.any()) for r in refs):
+        raise CalibrationSetError(f"{reference_set.name}: the FP32 model finds nothing on any of its {len(refs)} images at its own thresholds "
+                                  f"{dict(fp32_vals)}, so agreement with it cannot be measured (it would read as perfect); check the intake's "
+                                  f"preprocessing (export_note.json: scale, mean/std, colour order) and the task's thresholds, or bind on a set "
+                                  f"where FP32 finds what it should")
     labels = {"chosen": dict(values), **labels}
     agreement, accuracy, far = {}, {}, {}
     for label, vals in labels.items():
