@@ -117,6 +117,19 @@ class CalibrationRecord(Artifact):
         """Name of the calibration set, or ``dynamic (no calibration set)``."""
         return self.calibration_set.name if self.calibration_set else f"{self.mode} (no calibration set)"
 
+    def check_quantized_from(self, model_path: str | Path, record_path: str | Path, *, digest: str | None = None, flag: str = "--fp32") -> None:
+        """Refuse ``model_path`` (an FP32 ``.onnx``; ``digest``: its SHA-256 when already computed) as the model this
+        record was quantized from unless its SHA-256 is the record's ``model_digest``.
+
+        Raises:
+            BindingMismatchError: another file (one line naming both digests and the fix, ``flag`` the option to pass).
+        """
+        from .._io import sha256_file
+
+        if (digest := digest or sha256_file(model_path)) != self.model_digest:
+            raise BindingMismatchError(f"{model_path}: sha256 {digest[:12]} is not the model {record_path} was quantized from "
+                                       f"({self.model_digest[:12]}); pass that model's own intake folder" + (f" as {flag}" if flag else ""))
+
     def check_calibrated_on(self, cset: Any, record_path: str | Path) -> None:
         """Refuse ``cset`` (a :class:`~quantkit.calibset.CalibrationSet`) as this record's calibration set unless its
         content id is the one the record was calibrated on (a dynamic record has none: any set passes).

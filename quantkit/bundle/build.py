@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 from .._io import OUTPUT_MARKER, atomic_output_dir, atomic_write_json, canonical_json, read_json, sha256_file
 from .._overwrite import check_not_input, check_output_dir
 from ..config import Config
-from ..errors import BindingMismatchError, CalibrationSetError, ConfigError, InputFileError
+from ..errors import CalibrationSetError, ConfigError, InputFileError
 from ..note import ExportNote
 from ..versions import tool_versions
 from .archive import MANIFEST_NAME, write_tar
@@ -182,9 +182,7 @@ def build_bundle(quantized: str | Path, thresholds: str | Path, fp32: str | Path
     note = ExportNote.load(note_path)
     gm, entries = _golden_set(golden, cfg.golden_count)
     int8_model, fp32_digest = _load_model(int8_path), sha256_file(fp32_path)
-    if record.model_digest != fp32_digest:  # its export note (the preprocessing contract) would ship with another model
-        raise BindingMismatchError(f"{fp32_path}: sha256 {fp32_digest[:12]} is not the model {record_path} was quantized from "
-                                   f"({record.model_digest[:12]}); pass that model's own intake folder as --fp32")
+    record.check_quantized_from(fp32_path, record_path, digest=fp32_digest)  # else its export note would ship with another model
 
     with tempfile.TemporaryDirectory(prefix="quantkit-bundle-") as stage_dir:
         stage = Path(stage_dir)

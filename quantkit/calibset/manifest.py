@@ -319,9 +319,10 @@ def _warn_unread_label_keys(root: Path, labels: Mapping[str, Any]) -> None:
     """Warn about ``labels`` keys no registered task reads (a misspelt ``box`` only failed when a task looked for it)."""
     from ..tasks.registry import label_keys
 
-    if unread := sorted({k for v in labels.values() if isinstance(v, Mapping) for k in v} - label_keys()):
+    read = label_keys()
+    if unread := sorted({k for v in labels.values() if isinstance(v, Mapping) for k in v} - read):
         log.warning("%s: no task reads the label key(s) %s (the tasks read %s); a task will find no ground truth under them",
-                    root, ", ".join(unread), ", ".join(sorted(label_keys())))
+                    root, ", ".join(unread), ", ".join(sorted(read)))
 
 
 def register_set(

@@ -36,8 +36,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..artifacts import CalibrationRecord
     from ..calibset import CalibrationSet, CalibrationSetReader
-    from .._io import sha256_file
-    from ..errors import BindingMismatchError, ConfigError
+    from ..errors import ConfigError
     from ..modelio import check_one_image_batch
     from ..quantize.compare import compare_layers, compare_outputs
     from ..quantize.engine import MODEL_FILE, load_intake
@@ -48,9 +47,7 @@ def run(args: argparse.Namespace) -> int:
     model_path, fp32_model, note = load_intake(args.fp32)
     check_one_image_batch(fp32_model, note.preprocessing.input_name, model_path, batch_axis=note.preprocessing.batch_axis)
     record = CalibrationRecord.load(Path(args.quantized) / "record.json")
-    if (digest := sha256_file(model_path)) != record.model_digest:
-        raise BindingMismatchError(f"{model_path}: sha256 {digest[:12]} is not the model {Path(args.quantized) / 'record.json'} was quantized "
-                                   f"from ({record.model_digest[:12]}); pass that model's own intake folder")
+    record.check_quantized_from(model_path, Path(args.quantized) / "record.json", flag="")  # FP32_DIR is positional
     reader = CalibrationSetReader(CalibrationSet.load(args.set, verify=True), note.preprocessing, batch_size=1)
     n = len(reader) if args.max_images is None else min(args.max_images, len(reader))
     reader.set_range(0, n)

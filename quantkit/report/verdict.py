@@ -185,8 +185,8 @@ def verdict(sites: Sequence[SiteReport], primary: MetricInfo, item: str, deploye
             hopeless = [s.name for s in sites if s.name in still and fp32_fails(s, metrics, cfg)]
             advice = (f"FP32 itself fails on {_names(hopeless)} (below)" if hopeless == still
                       else "add images of those conditions to the calibration set")
-            done = f"fixes {_names(fixed)}" + (f" and improves {_names(better)}" if better else "") if fixed else f"improves {_names(better)}"
-            tail = f"{recal} {done} but still disagrees on {_names(still)}; {advice}"
+            done = ([f"fixes {_names(fixed)}"] if fixed else []) + ([f"improves {_names(better)}"] if better else [])
+            tail = f"{recal} {' and '.join(done)} but still disagrees on {_names(still)}; {advice}"
         else:
             tail = f"{recal} does not fix it; recalibrate on images that cover the conditions of {_names(bad)}"
         head = f"Needs review: {disagrees}; {tail}."

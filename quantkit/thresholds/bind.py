@@ -12,7 +12,7 @@ from .._io import sha256_file
 from .._overwrite import check_output_file
 from ..artifacts.record import CalibrationRecord, SetRef
 from ..artifacts.thresholds import Binding, ThresholdSet
-from ..errors import AgreementError, BindingMismatchError, InputFileError
+from ..errors import AgreementError, InputFileError
 from ..modelio import check_one_image_batch, load_model
 from ..note import ExportNote
 from ..tasks import TaskAdapter
@@ -87,9 +87,7 @@ def bind(quant_dir: str | os.PathLike[str], fp32_dir: str | os.PathLike[str], re
     note = ExportNote.load(fdir / "export_note.json")
     fproto = load_model(fmodel, load_external_data=False)
     check_one_image_batch(fproto, note.preprocessing.input_name, fmodel, batch_axis=note.preprocessing.batch_axis)
-    if (digest := sha256_file(fmodel)) != record.model_digest:
-        raise BindingMismatchError(f"{fmodel}: sha256 {digest[:12]} is not the model {CalibrationRecord.path_in(qdir)} was quantized from "
-                                   f"({record.model_digest[:12]}); pass that model's own intake folder as --fp32")
+    record.check_quantized_from(fmodel, CalibrationRecord.path_in(qdir))
     cset = CalibrationSet.load(reference_dir, verify=True)
     task = task.with_model(fproto)
     fp = run_pass(fmodel, reference_dir, note, task, desc="bind fp32")
