@@ -358,8 +358,8 @@ def _check_keys(path: Path, data: Any) -> None:
     """Refuse a misspelt section: a top-level key (or a key of ``models.<name>``) that is not a known section but
     reads like one (difflib ratio >= 0.75, e.g. ``reprot``, ``quantise``). A known name plus ``_suffix``
     (``quantize_night``, ``export_kw``) is a named variant a command reads with ``--section``; other unknown
-    top-level keys may belong to the user's own DVC stages: both are logged at debug level, not refused. Under ``models.<name>`` every key must be ``file``
-    or a section name.
+    top-level keys may belong to the user's own DVC stages: both are logged at debug level, not refused. Under ``models.<name>`` every key must be ``source``,
+    ``file`` or a section name.
 
     Raises:
         ConfigError: naming the key and the section it resembles.
@@ -380,13 +380,52 @@ def _check_keys(path: Path, data: Any) -> None:
         log.debug("%s: top-level key %r is not a quantkit section (left to other DVC stages)", path, key)
     models = data.get("models")
     if isinstance(models, dict):
-        allowed = known | {"file"}
+        allowed = known | {"file", "source"}
         for name, entry in models.items():
             for key in entry if isinstance(entry, dict) else ():
                 if key not in allowed:
                     near = difflib.get_close_matches(str(key), sorted(allowed), n=1, cutoff=0.6)
-                    hint = f"did you mean {near[0]!r}?" if near else "a model takes 'file' and per-model sections (intake, task, ...)"
+                    hint = f"did you mean {near[0]!r}?" if near else "a model takes 'source', 'file' and per-model sections (intake, task, ...)"
                     raise ConfigError(f"{path}: models.{name}: unknown key {key!r}; {hint}")
+
+
+MODEL_SOURCES = ("demo", "file")
+"""``models.<name>.source``: ``demo`` (the demo_model stage writes ``file`` from a wheel) or ``file`` (the user's own
+file: a dependency of the model's intake, never a stage's output). The default is ``file``."""
+
+
+def model_names(path: str | Path) -> list[str]:
+    """The names under ``models`` of the params file ``path``, in file order (the main job's models).
+
+    Raises:
+        InputFileError: the file is missing or not YAML.
+        ConfigError: ``models`` is missing, empty or not a mapping, or an entry lacks ``file`` or has an unknown ``source``.
+    """
+    p = Path(path)
+    models = load_params(p, "models")
+    if not models:
+        raise ConfigError(f"{p}: 'models' is empty; add a model ('quantkit models add NAME FILE' writes one)")
+    for name, entry in models.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("file"), str):
+            raise ConfigError(f"{p}: models.{name}.file is missing; give the model's .onnx path (e.g. models/{name}.onnx)")
+        source = entry.get("source", "file")
+        if source not in MODEL_SOURCES:
+            raise ConfigError(f"{p}: models.{name}.source: {source!r} is not one of {', '.join(MODEL_SOURCES)}")
+    return [str(n) for n in models]
+
+
+def site_set_dirs(path: str | Path, root: str | Path = "site_sets") -> list[Path]:
+    """``root/<name>`` for each name of the params file's ``site_sets`` list (the site sets the main job evaluates).
+
+    Raises:
+        InputFileError: the file is missing or not YAML.
+        ConfigError: ``site_sets`` is missing, empty or not a list of names.
+    """
+    p = Path(path)
+    names = _read_params(p).get("site_sets")
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+        raise ConfigError(f"{p}: site_sets must be a non-empty list of site set names (folders under {root}/)")
+    return [Path(root) / n for n in names]
 
 
 def has_section(path: str | Path | None, section: str, *, model: str | None = None) -> bool:

@@ -56,14 +56,17 @@ SECTIONS: dict[str, str] = {
 """``params.yaml`` section (dotted for a nested one) -> ``"module:ConfigClass"`` read from it."""
 
 NOT_CONFIG = {
-    "models": "the main job's models: ``{name: {file: PATH, intake: {...}, task: {...}}}``; `quantkit <cmd> --model NAME` reads "
+    "models": "the main job's models: ``{name: {source: demo|file, file: PATH, intake: {...}, task: {...}}}`` (``source: file``, the "
+              "default: your own file, a dependency no stage writes; ``demo``: written by the demo_model stage); every stage of "
+              "dvc.yaml runs for each; `quantkit <cmd> --model NAME` reads "
               "``models.NAME.<section>`` first, then the top-level section (``intake`` and ``task`` as above)",
     "calibrations": "``{role: {calibration_set: DIR, reference_set: DIR}}`` for the deployed role (dvc.yaml, "
                     "and `quantkit quantize/bind --role ROLE`); the candidate is built by the candidate stages (``candidate``)",
     "candidate": "read by dvc.yaml only (compose_candidate .. bind_candidate): ``images_per_set`` (of the deployed set and of "
                  "each pool set), ``pool`` (``{pool: [SET, ...]}``: sets covering the conditions drift flags), ``reference_sets``, "
                  "and their renderings as `quantkit fallback` / `calibset compose` flags (``reference_args``, ``reference_union``)",
-    "site_sets": "read by dvc.yaml only: the site set names evaluated and reported",
+    "site_sets": "the site set names (folders under ``site_sets/``) evaluated, verified and reported (dvc.yaml, "
+                 "`quantkit verify --site-sets-from`)",
 }
 """Top-level ``params.yaml`` keys that are not a config section (listed in the reference as they are)."""
 

@@ -1,8 +1,10 @@
 """End to end: the real `dvc repro` pipeline on a reduced demo (fewer, smaller images).
 
-Runs the same dvc.yaml as the README's quickstart in a scratch git repository, then checks what the
-issue promises: the report exists, a second `dvc repro` does nothing, and changing the calibration
-method invalidates calibration and what depends on it, but not the data or the intake.
+Runs the same dvc.yaml as the README's quickstart in a scratch git repository, with a user's own model beside the
+two demo models (a small classifier built here, added to params.yaml `models` and nothing else), then checks what
+the issues promise: the report exists with every model, the user's file is untouched, a second `dvc repro` does
+nothing, changing the calibration method invalidates calibration and what depends on it but not the data or the
+intake, and removing the model from params removes it from the report.
 """
 
 from __future__ import annotations
@@ -14,11 +16,50 @@ import subprocess
 import sys
 from pathlib import Path
 
+import hashlib
+
+import numpy as np
+import onnx
 import pytest
 import yaml
+from onnx import TensorProto, helper, numpy_helper
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
+USER_MODEL = "tiny_cls"
+USER_FILE = f"models/{USER_MODEL}.onnx"
+DEMO_MODELS = ("ppocr_det", "ddddocr_det")
+
+
+def user_model() -> bytes:
+    """A user's own classifier, x [1,3,64,64] (RGB in [0, 1]) -> probs [1,3]: which colour channel dominates the
+    image (Conv 1x1 -> Relu -> GlobalAveragePool -> Flatten -> Gemm -> Softmax), so FP32 fires on the demo images."""
+    mix = (np.eye(3) * 1.2 - 0.1).astype(np.float32).reshape(3, 3, 1, 1)
+    logits = (30.0 * (np.eye(3) * 1.5 - 0.5)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="mix"), helper.make_node("Relu", ["c1"], ["r1"], name="relu"),
+             helper.make_node("GlobalAveragePool", ["r1"], ["g"], name="gap"), helper.make_node("Flatten", ["g"], ["f"], name="flat"),
+             helper.make_node("Gemm", ["f", "w2", "b2"], ["z"], name="fc", transB=1), helper.make_node("Softmax", ["z"], ["probs"], name="softmax", axis=1)]
+    graph = helper.make_graph(nodes, "tiny_cls", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 64, 64])],
+                              [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [1, 3])],
+                              [numpy_helper.from_array(mix, "w1"), numpy_helper.from_array(logits, "w2"),
+                               numpy_helper.from_array(np.zeros(3, np.float32), "b2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], producer_name="a user")
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+def user_entry() -> dict:
+    """What a user adds to params.yaml `models` for their own file (README "Your own model")."""
+    return {"source": "file", "file": USER_FILE,
+            "intake": {"input_size": [64, 64], "preprocessing": {"input_name": "x", "color_order": "RGB", "layout": "NCHW",
+                                                                 "scale": 0.00392156862745098, "mean": [0.0, 0.0, 0.0],
+                                                                 "std": [1.0, 1.0, 1.0], "resize_policy": "stretch"}},
+            "task": {"adapter": "classifier", "options": {"cls_thresh": 0.5}}}
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -50,6 +91,7 @@ def reduced_params() -> dict:
     params["drift"].update(repeats=5, clip_images=2)
     params["thresholds"]["operating_point"].update(bootstrap_resamples=200)
     params["report"].update(examples_per_site=1)
+    params["models"][USER_MODEL] = user_entry()
     return params
 
 
@@ -60,6 +102,8 @@ def pipeline(tmp_path_factory) -> Path:
         shutil.copy(ROOT / name, repo / name)
     shutil.copytree(ROOT / ".dvc", repo / ".dvc", ignore=shutil.ignore_patterns("tmp", "cache"))
     (repo / "params.yaml").write_text(yaml.safe_dump(reduced_params(), sort_keys=False))
+    (repo / "models").mkdir()
+    (repo / USER_FILE).write_bytes(user_model())  # the user's own file, committed to git (or `dvc add`ed) by the user
     for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "-c", "user.email=ci@quantkit", "-c", "user.name=ci", "commit", "-qm", "init"]):
         assert _run(cmd, repo).returncode == 0
     result = _run(["dvc", "repro"], repo)
@@ -67,22 +111,38 @@ def pipeline(tmp_path_factory) -> Path:
     return repo
 
 
-def test_repro_writes_report_and_metrics_for_both_models(pipeline: Path):
+def test_users_model_runs_through_every_stage_and_its_file_is_untouched(pipeline: Path):
+    assert sha256(pipeline / USER_FILE) == hashlib.sha256(user_model()).hexdigest()  # byte-identical after `dvc repro`
+    assert _run(["git", "status", "--porcelain", USER_FILE], pipeline).stdout == ""
+    lock = yaml.safe_load((pipeline / "dvc.lock").read_text())["stages"]
+    per_model = {name.split("@")[0] for name in lock if "@" in name and not name.startswith(("demo_", "fleet"))}
+    ran_for_user = {name.split("@")[0] for name in lock if USER_MODEL in name}
+    assert ran_for_user == per_model - {"compose_candidate_reference"}, per_model - ran_for_user
+    assert not any(USER_FILE in str(out) for stage in lock.values() for out in stage.get("outs", []))  # a dependency, never an output
+    html = (pipeline / "reports" / "shift_report.html").read_text()
+    assert f"Model {USER_MODEL}" in html and "classification" in html
+    metrics = json.loads((pipeline / "reports" / "metrics.json").read_text())
+    assert "agreement.top1" in metrics[USER_MODEL]["cam1-day"]["deployed"]
+    speed = json.loads((pipeline / "reports" / "machine" / USER_MODEL / "measurements.json").read_text())
+    assert {r["variant"] for r in speed["latency"]} == {"fp32", "deployed", "candidate"}
+
+
+def test_repro_writes_report_and_metrics_for_every_model(pipeline: Path):
     html = (pipeline / "reports" / "shift_report.html").read_text()
     assert "<img" in html and "http://" not in html.split("<body", 1)[1].split("</body>")[0].replace("http://www.w3.org", "")
     assert "Model ppocr_det" in html and "Model ddddocr_det" in html and "object detection (boxes)" in html
     metrics = json.loads((pipeline / "reports" / "metrics.json").read_text())
-    assert set(metrics) == {"ppocr_det", "ddddocr_det"}
+    assert set(metrics) == {*DEMO_MODELS, USER_MODEL}
     assert set(metrics["ppocr_det"]) >= {"cam1-day", "cam1-night", "cam2-day"}
     assert "agreement.pixel_iou" in metrics["ppocr_det"]["cam1-day"]["deployed"]
     assert "agreement.box_f1" in metrics["ddddocr_det"]["cam1-day"]["deployed"]
     assert "agreement.pixel_iou" not in metrics["ddddocr_det"]["cam1-day"]["deployed"]
     for model in ("ppocr_det", "ddddocr_det"):
-        record = json.loads((pipeline / "work" / model / "quantize" / "deployed" / "record.json").read_text())
+        record = json.loads((pipeline / "work" / "models" / model / "quantize" / "deployed" / "record.json").read_text())
         assert record["tensors"] and record["calibration_set"]["name"] == "cam1-day"
-        thresholds = json.loads((pipeline / "work" / model / "thresholds" / "deployed.json").read_text())
+        thresholds = json.loads((pipeline / "work" / "models" / model / "thresholds" / "deployed.json").read_text())
         assert thresholds["binding"]["record_fingerprint"] == record["fingerprint"]
-    box = json.loads((pipeline / "work" / "ddddocr_det" / "thresholds" / "deployed.json").read_text())
+    box = json.loads((pipeline / "work" / "models" / "ddddocr_det" / "thresholds" / "deployed.json").read_text())
     assert box["adapter"] == "box_detector" and "score_thresh" in box["integer_domain"]
     fleet = json.loads((pipeline / "reports" / "fleet" / "metrics.json").read_text())
     assert fleet["cameras"] == 4 and fleet["images"] == 2 * 2 * 4 * 3 and "alert_recall" in fleet
@@ -111,7 +171,7 @@ def test_changing_method_reruns_only_calibration_and_downstream(pipeline: Path):
 
 def test_candidate_is_the_recommended_recalibration_and_its_target_reruns_only_the_fallback(pipeline: Path):
     for model in ("ppocr_det", "ddddocr_det"):
-        work = pipeline / "work" / model
+        work = pipeline / "work" / "models" / model
         composed = json.loads((work / "calibsets" / "candidate" / "manifest.json").read_text())
         names = [c["name"] for c in composed["generator"]["composition"]]
         assert names[0] == "cam1-day" and set(names) <= {"cam1-day", "cam1-night"}  # the deployed set + the flagged conditions' sets
@@ -122,9 +182,9 @@ def test_candidate_is_the_recommended_recalibration_and_its_target_reruns_only_t
         assert {s["name"] for s in fb["reference_sets"]} == {"cam1-day", "cam1-night"}
         assert fb["latency"] == [] and fb["seconds"] == {} and {r["seconds"] for r in fb["rounds"]} == {0.0}  # timings: false
         assert fb["metric"].startswith("pixel_iou" if model == "ppocr_det" else "box_f1")  # the task adapter's primary metric
-    speed = json.loads((pipeline / "reports" / "machine" / "measurements.json").read_text())  # the measure stage, beside the report
-    timed = {(r["model"], r["variant"]) for r in speed["latency"]}
-    assert timed == {(m, v) for m in ("ppocr_det", "ddddocr_det") for v in ("fp32", "deployed", "candidate")}
+    for model in DEMO_MODELS:  # the measure stage, beside the report, one folder per model
+        speed = json.loads((pipeline / "reports" / "machine" / model / "measurements.json").read_text())
+        assert {(r["model"], r["variant"]) for r in speed["latency"]} == {(model, v) for v in ("fp32", "deployed", "candidate")}
     params_path = pipeline / "params.yaml"
     original = params_path.read_text()
     params = yaml.safe_load(original)
@@ -165,7 +225,7 @@ def test_dvc_push_pull_round_trip(pipeline: Path):
     """The demo's local remote holds every output: delete them and the cache, pull, and nothing changed."""
     assert _run(["dvc", "push", "-q"], pipeline).returncode == 0
     shutil.rmtree(pipeline / ".dvc" / "cache")
-    for out in ("calibration_sets/cam1-day", "work/ppocr_det/quantize/deployed", "models"):
+    for out in ("calibration_sets/cam1-day", "work/models/ppocr_det/quantize/deployed", "models/demo"):
         shutil.rmtree(pipeline / out)
     pulled = _run(["dvc", "pull", "-q"], pipeline)
     assert pulled.returncode == 0, pulled.stderr[-2000:]
@@ -180,7 +240,7 @@ def test_recalibration_refuses_old_thresholds_and_shows_in_metrics_diff(pipeline
     assert _run([*git, "add", "-A"], pipeline).returncode == 0
     assert _run([*git, "commit", "-qm", "deployed on cam1-day"], pipeline).returncode == 0
     old_thresholds = pipeline / "old-deployed-thresholds.json"
-    shutil.copy(pipeline / "work" / "ppocr_det" / "thresholds" / "deployed.json", old_thresholds)
+    shutil.copy(pipeline / "work" / "models" / "ppocr_det" / "thresholds" / "deployed.json", old_thresholds)
 
     params = yaml.safe_load((pipeline / "params.yaml").read_text())
     params["calibrations"]["deployed"] = {"calibration_set": "calibration_sets/cam1-night", "reference_set": "reference_sets/cam1-night"}
@@ -189,11 +249,11 @@ def test_recalibration_refuses_old_thresholds_and_shows_in_metrics_diff(pipeline
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "Running stage 'demo_set" not in result.stdout and "Running stage 'intake" not in result.stdout
 
-    record = json.loads((pipeline / "work" / "ppocr_det" / "quantize" / "deployed" / "record.json").read_text())
+    record = json.loads((pipeline / "work" / "models" / "ppocr_det" / "quantize" / "deployed" / "record.json").read_text())
     assert record["calibration_set"]["name"] == "cam1-night"
 
     refused = _run(
-        ["quantkit", "evaluate", "site_sets/cam1-night", "--fp32", "work/ppocr_det/intake", "--deployed", "work/ppocr_det/quantize/deployed",
+        ["quantkit", "evaluate", "site_sets/cam1-night", "--fp32", "work/models/ppocr_det/intake", "--deployed", "work/models/ppocr_det/quantize/deployed",
          "--deployed-thresholds", str(old_thresholds), "--params", "params.yaml", "--model", "ppocr_det", "--out", "work/refused"],
         pipeline,
     )
@@ -209,3 +269,16 @@ def test_recalibration_refuses_old_thresholds_and_shows_in_metrics_diff(pipeline
     assert diff.returncode == 0, diff.stderr
     changed = json.loads(diff.stdout)["reports/metrics.json"]
     assert any(key.startswith("ppocr_det.cam1-night.") for key in changed)
+
+
+def test_removing_a_model_from_params_removes_it_from_the_report(pipeline: Path):
+    """Last in this file (it changes the scratch repository): the model list is params.yaml's, nothing else."""
+    params = yaml.safe_load((pipeline / "params.yaml").read_text())
+    del params["models"][USER_MODEL]
+    (pipeline / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    result = _run(["dvc", "repro", "report"], pipeline)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "Running stage 'report'" in result.stdout
+    assert USER_MODEL not in json.loads((pipeline / "reports" / "metrics.json").read_text())
+    assert f"Model {USER_MODEL}" not in (pipeline / "reports" / "shift_report.html").read_text()
+    assert sha256(pipeline / USER_FILE) == hashlib.sha256(user_model()).hexdigest()

@@ -41,7 +41,8 @@ def test_every_variant_on_every_installed_runtime(work, tmp_path):
     paths = write_measurements(result, tmp_path / "machine")
     assert json.loads(paths["json"].read_text()) == result
     js = paths["js"].read_text()
-    assert js.startswith("window.QUANTKIT_MEASUREMENTS = {") and json.loads(js[len("window.QUANTKIT_MEASUREMENTS = "):-2]) == result
+    head = "window.QUANTKIT_MEASUREMENTS = [].concat(window.QUANTKIT_MEASUREMENTS || [], ["
+    assert js.startswith(head) and js.endswith("]);\n") and json.loads(js[len(head):-4]) == result  # one entry per file, appended
 
 
 def test_cli_table_and_bad_inputs(work, tmp_path, capsys):

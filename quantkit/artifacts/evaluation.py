@@ -1,4 +1,4 @@
-"""The evaluation summary (``work/<model>/eval/<site>/summary.json``): decisions of FP32 and quantized models
+"""The evaluation summary (``work/models/<model>/eval/<site>/summary.json``): decisions of FP32 and quantized models
 on a site set, pooled into the task's metrics.
 
 Written by ``quantkit evaluate`` next to ``per_image.csv`` (one row per image and variant: the counts behind

@@ -248,7 +248,7 @@ class ThresholdSet(Artifact):
             rpath = CalibrationRecord.path_in(record)
             rec = CalibrationRecord.load(rpath)
         b = self.binding
-        intake = rpath.parent.parent.parent / "intake"  # the pipeline's layout: work/<model>/{intake,quantize/<role>}
+        intake = rpath.parent.parent.parent / "intake"  # the pipeline's layout: work/models/<model>/{intake,quantize/<role>}
         fp32 = intake if (intake / "model.onnx").is_file() else "INTAKE_DIR"
         how = (f"re-derive with: quantkit bind {rpath.parent} --fp32 {fp32} --reference REFERENCE_SET "
                f"--params params.yaml --out THRESHOLDS.json")

@@ -1,4 +1,4 @@
-"""The deployment verification (``work/<model>/verify.json``): the deployed bundle on each target runtime.
+"""The deployment verification (``work/models/<model>/verify.json``): the deployed bundle on each target runtime.
 
 Written by ``quantkit verify BUNDLE --out`` (the main job's ``verify`` stage); read by the report. Per runtime:
 installed or not, its version and settings, whether the bundle verified (golden outputs and decisions), the share

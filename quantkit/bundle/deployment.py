@@ -10,7 +10,7 @@ For each runtime named in ``params.yaml: verify.runtimes`` that is installed:
    pooled over the set into its decision metric (:func:`quantkit.bundle.decisions.pooled`).
 
 The result is one artifact, :class:`quantkit.artifacts.verification.DeploymentVerification`
-(``work/<model>/verify.json``), that the shift report reads. Latency is printed, not stored: it depends on the
+(``work/models/<model>/verify.json``), that the shift report reads. Latency is printed, not stored: it depends on the
 machine (``quantkit measure`` keeps it beside the report).
 """
 

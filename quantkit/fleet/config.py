@@ -185,8 +185,8 @@ class FleetReportConfig(Config):
 class FleetConfig(Config):
     """``params.yaml: fleet``: the model scored, the demo fleet, scoring, check and report options (each optional).
 
-    ``model`` names the one entry of ``params.yaml: models`` the fleet scores, with its intake (``work/<model>/intake``),
-    deployed INT8 (``work/<model>/quantize/deployed``) and thresholds (``work/<model>/thresholds/deployed.json``),
+    ``model`` names the one entry of ``params.yaml: models`` the fleet scores, with its intake (``work/models/<model>/intake``),
+    deployed INT8 (``work/models/<model>/quantize/deployed``) and thresholds (``work/models/<model>/thresholds/deployed.json``),
     read through its task adapter (``models.<model>.task``).
     """
 

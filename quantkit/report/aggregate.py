@@ -273,6 +273,6 @@ def build_report(models: Sequence[ModelInputs], config: ReportConfig | None = No
 
     cfg = config or ReportConfig()
     if not models:
-        raise InputFileError("no model to report on; pass --model WORK_DIR (e.g. work/ppocr_det)")
+        raise InputFileError("no model to report on; pass --model WORK_DIR (e.g. work/models/ppocr_det)")
     reports = [build_model_report(m, cfg) for m in progress(list(models), total=len(models), desc="report", unit="model")]
     return ShiftReport(cfg.title, tuple(reports), cfg)

@@ -56,7 +56,7 @@ def latency_lines(fb: Any, show: bool = True) -> list[str]:
 
 
 def deploy_commands(name: str, candidate: Path, thresholds: Path, fb: Any, site_sets: Sequence[str]) -> list[str]:
-    """The commands that package and verify the candidate (the pipeline layout ``work/<model>/...``): golden
+    """The commands that package and verify the candidate (the pipeline layout ``work/models/<model>/...``): golden
     outputs from the fallback's first reference set, verification on ``site_sets`` (the report's site set folders)."""
     work = candidate.parent.parent
     golden = next((s.path for s in fb.reference_sets if s.path), "reference_sets/<a reference set>")

@@ -3,9 +3,9 @@ target runtime and thread count of this machine (``quantkit measure``, the main 
 
 Latency depends on the machine, its load and its runtime builds, so it is kept out of every artifact DVC hashes and
 out of the report's bytes: it is written to ``OUT/measurements.json`` and ``OUT/measurements.js``
-(``window.QUANTKIT_MEASUREMENTS = {...}``), which a small script in ``shift_report.html`` reads when the folder
-``machine/`` sits beside it. The ``measure`` stage has dependencies (the models, ``params.yaml: measure``) and no
-outputs, so ``dvc.lock`` stays the same on every machine while the stage still re-runs when a model changes.
+(appended to ``window.QUANTKIT_MEASUREMENTS``, a list), which a small script in ``shift_report.html`` reads when the
+folder ``machine/`` sits beside it. The main job's ``measure@<model>`` stage writes ``reports/machine/<model>/`` as a
+git-ignored, uncached output, so it runs on a fresh clone and whenever the model's files change.
 
 Method: :func:`quantkit.runtimes.latency.measure_latency` (per runtime and thread count, every repeat runs each model once on the same
 input, in rotating order; medians), on the first ``images`` images of a set, each runtime at its deployment
@@ -68,7 +68,7 @@ class MeasureConfig(Config):
 def _models(work: Path) -> dict[str, Path]:
     fp32 = work / "intake" / "model.onnx"
     if not fp32.is_file():
-        raise InputFileError(f"{fp32}: FP32 intake model not found; pass a model work folder (e.g. work/ppocr_det) after 'quantkit intake'")
+        raise InputFileError(f"{fp32}: FP32 intake model not found; pass a model work folder (e.g. work/models/ppocr_det) after 'quantkit intake'")
     found = {"fp32": fp32}
     for v in VARIANTS:
         if (work / "quantize" / v / MODEL_FILE).is_file():
@@ -99,7 +99,7 @@ def measure(works: Sequence[str | Path], config: MeasureConfig | None = None, *,
     """Time every model folder's FP32 and quantized variants on each runtime and thread count of ``config``.
 
     Args:
-        works: model work folders (``work/<model>``: ``intake/model.onnx``, ``quantize/{deployed,candidate}/``).
+        works: model work folders (``work/models/<model>``: ``intake/model.onnx``, ``quantize/{deployed,candidate}/``).
         image_set: set whose first ``config.images`` images are the inputs (default: each model's deployed
             calibration set, from its record).
 
@@ -148,7 +148,9 @@ def write_measurements(result: dict[str, Any], out: str | Path) -> dict[str, Pat
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / "measurements.json", "js": out / "measurements.js"}
     atomic_write_json(paths["json"], result)
-    atomic_write_text(paths["js"], "window.QUANTKIT_MEASUREMENTS = " + json.dumps(result, sort_keys=True) + ";\n")
+    # appended to what an earlier script defined, so the report can load one file per model (machine/<model>/)
+    atomic_write_text(paths["js"], "window.QUANTKIT_MEASUREMENTS = [].concat(window.QUANTKIT_MEASUREMENTS || [], ["
+                      + json.dumps(result, sort_keys=True) + "]);\n")
     return paths
 
 

@@ -29,19 +29,32 @@ TASK_WORDS = {"db_text": "text detection (DB probability map)", "box_detector": 
 
 SPEED_JS = """
 (function () {
-  var m = window.QUANTKIT_MEASUREMENTS, box = document.getElementById("speed");
-  if (!m || !box || !m.latency || !m.latency.length) { return; }
+  var parts = window.QUANTKIT_MEASUREMENTS || [], box = document.getElementById("speed");
+  if (!box) { return; }
+  if (!Array.isArray(parts)) { parts = [parts]; }
   var esc = function (s) { return String(s).replace(/[&<>"]/g, function (c) { return {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c]; }); };
   var x = function (v) { return v ? v.toFixed(2) + "x" : "–"; };
-  var rows = m.latency.map(function (r) {
+  var latency = [], skipped = {}, machine = "", method = "";
+  parts.forEach(function (m) {
+    latency = latency.concat(m.latency || []);
+    Object.keys(m.skipped || {}).forEach(function (k) { skipped[k] = m.skipped[k]; });
+    machine = machine || m.machine || ""; method = method || m.method || "";
+  });
+  var timed = {};
+  latency.forEach(function (r) { timed[r.model] = true; });
+  var missing = (window.QUANTKIT_REPORT_MODELS || []).filter(function (n) { return !timed[n]; });
+  var notMeasured = missing.length ? "<p class='missing'>Not measured on this machine: " + missing.map(function (n) {
+    return esc(n) + " (run <code>dvc repro measure@" + esc(n) + "</code>)"; }).join(", ") + ".</p>" : "";
+  if (!latency.length) { box.innerHTML = notMeasured || box.innerHTML; return; }
+  var rows = latency.map(function (r) {
     var slow = r.vs_fp32 && r.vs_fp32 < 1;
     return "<tr" + (slow ? " class='slow'" : "") + "><td class='l'>" + esc(r.model) + "</td><td class='l'>" + esc(r.variant) + "</td><td class='l'>" +
       esc(r.runtime) + "</td><td>" + esc(r.threads) + "</td><td>" + r.median_ms.toFixed(1) + "</td><td>" + x(r.vs_fp32) + (slow ? " (slower than FP32)" : "") +
       "</td><td>" + x(r.vs_deployed) + "</td></tr>";
   });
-  var skipped = Object.keys(m.skipped || {}).map(function (k) { return esc(k) + " (" + esc(m.skipped[k]) + ")"; });
-  box.innerHTML = "<p>Measured on " + esc(m.machine || "this machine") + " (" + esc(m.method || "") + "). These figures change with the machine." +
-    (skipped.length ? " Not timed: " + skipped.join(", ") + "." : "") + "</p>" +
+  var skip = Object.keys(skipped).map(function (k) { return esc(k) + " (" + esc(skipped[k]) + ")"; });
+  box.innerHTML = "<p>Measured on " + esc(machine || "this machine") + " (" + esc(method) + "). These figures change with the machine." +
+    (skip.length ? " Not timed: " + skip.join(", ") + "." : "") + "</p>" + notMeasured +
     "<table id='speed-table'><tr><th class='l'>model</th><th class='l'>variant</th><th class='l'>runtime</th><th>threads</th><th>median ms</th>" +
     "<th>speed-up vs FP32</th><th>candidate vs deployed</th></tr>" + rows.join("") + "</table>";
 })();

@@ -1,6 +1,6 @@
 """Synthetic report inputs (one model's work folder and small site images) for tests and benchmarks.
 
-Writes the pipeline's layout under ``root`` (``work/<model>/{quantize,thresholds,eval,drift}`` and ``site_sets``)
+Writes the pipeline's layout under ``root`` (``work/models/<model>/{quantize,thresholds,eval,drift}`` and ``site_sets``)
 through the real artifact classes, with made-up but consistent numbers for a DB text detector: the deployed model
 (calibrated by day) agrees less with FP32 on the ``night`` site, the candidate (calibrated at night) the other way.
 Not used by the pipeline.
@@ -94,7 +94,7 @@ def _site_rows(rng: np.random.Generator, q: dict[str, float], name: str, gt: lis
 
 def write_inputs(root: str | Path, *, model: str = "ppocr_det", sites: Sequence[str] = ("cam1-day", "cam1-night", "cam2-day"),
                  images_per_site: int = 6, image_size: int = 96, write_images: bool = True, seed: int = 0) -> dict[str, Path]:
-    """Write a synthetic report input tree; returns ``{"work": work/<model>, "site_sets": site_sets}``."""
+    """Write a synthetic report input tree; returns ``{"work": work/models/<model>, "site_sets": site_sets}``."""
     from PIL import Image
 
     from ..artifacts.evaluation import EvalSummary, EvaluatedModel, MetricInfo
