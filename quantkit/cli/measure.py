@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from .._overwrite import FileKind, json_with_keys, text_with
+from .report import model_work_dirs
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -45,8 +46,6 @@ def run(args: argparse.Namespace) -> int:
     from .._overwrite import check_not_input, check_not_output_dir, check_output_file
     from ..config import config_from_params
     from ..report.measure import MeasureConfig, measure, write_measurements
-
-    from .report import model_work_dirs
 
     args.model = model_work_dirs(args.model, args.params, args.work)
     cfg = config_from_params(MeasureConfig, args.params, "measure")

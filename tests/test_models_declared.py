@@ -1,0 +1,87 @@
+"""The main job's models come from params.yaml `models` alone (issue #30): the model list, where each file comes from,
+the site sets, and the commands that read them (report, measure, verify) without naming a model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from quantkit.cli.main import main
+from quantkit.config import model_names, site_set_dirs
+from quantkit.demo.synth import DemoConfig
+from quantkit.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _params(tmp_path: Path, data: dict) -> Path:
+    p = tmp_path / "params.yaml"
+    p.write_text(yaml.safe_dump(data, sort_keys=False))
+    return p
+
+
+def test_model_names_in_file_order_and_source_defaults_to_file(tmp_path):
+    p = _params(tmp_path, {"models": {"zeta": {"file": "models/z.onnx"}, "alpha": {"source": "demo", "file": "models/demo/ppocr_det.onnx"}}})
+    assert model_names(p) == ["zeta", "alpha"]
+
+
+@pytest.mark.parametrize("entry, match", [
+    ({"intake": {}}, r"models\.m\.file is missing"),
+    ({"file": "m.onnx", "source": "hub"}, r"models\.m\.source: 'hub' is not one of demo, file"),
+])
+def test_a_malformed_model_entry_is_named(tmp_path, entry, match):
+    with pytest.raises(ConfigError, match=match):
+        model_names(_params(tmp_path, {"models": {"m": entry}}))
+
+
+def test_empty_models_says_how_to_add_one(tmp_path):
+    with pytest.raises(ConfigError, match="quantkit models add"):
+        model_names(_params(tmp_path, {"models": {}}))
+
+
+def test_site_set_dirs_follow_params(tmp_path):
+    assert site_set_dirs(_params(tmp_path, {"site_sets": ["a", "b"]})) == [Path("site_sets/a"), Path("site_sets/b")]
+    with pytest.raises(ConfigError, match="site_sets must be a non-empty list"):
+        site_set_dirs(_params(tmp_path, {"site_sets": "a"}))
+
+
+def test_demo_models_are_named_packaged_models():
+    assert DemoConfig.from_dict({"models": ["ppocr_det"]}).models == ("ppocr_det",)
+    with pytest.raises(ConfigError, match="demo.models: yolo not a demo model"):
+        DemoConfig.from_dict({"models": ["yolo"]})
+
+
+def test_the_repositorys_pipeline_names_no_model():
+    """dvc.yaml iterates over params' models; only the demo_model stage writes a model file, under models/demo/."""
+    text = (ROOT / "dvc.yaml").read_text()
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    for name in params["models"]:
+        assert name not in text, f"dvc.yaml names the model {name!r}"
+    stages = yaml.safe_load(text)["stages"]
+    writers = {k: v for k, v in stages.items() if any(".onnx" in str(o) for o in v.get("do", v).get("outs", []))}
+    assert list(writers) == ["demo_model"] and writers["demo_model"]["do"]["outs"] == ["models/demo/${item}.onnx"]
+    for name, entry in params["models"].items():
+        assert entry["source"] == "demo" and entry["file"] == f"models/demo/{name}.onnx" and name in params["demo"]["models"]
+
+
+def test_report_and_measure_without_models_or_params_say_what_to_pass(tmp_path, capsys):
+    for cmd in ("report", "measure"):
+        assert main([cmd, "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--model WORK_DIR" in err[0] and "--params params.yaml" in err[0]
+
+
+def test_report_reads_each_params_model_from_the_work_folder(tmp_path, capsys):
+    p = _params(tmp_path, {"models": {"mine": {"file": "models/mine.onnx"}}})
+    assert main(["report", "--params", str(p), "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'work' / 'mine'}: model work folder not found" in err
+
+
+def test_verify_takes_site_sets_from_params(tmp_path, capsys):
+    p = _params(tmp_path, {"site_sets": []})
+    assert main(["verify", str(tmp_path / "dist"), "--out", str(tmp_path / "v.json"), "--fp32", str(tmp_path),
+                 "--site-sets-from", str(p)]) == 2
+    assert "site_sets must be a non-empty list" in capsys.readouterr().err
