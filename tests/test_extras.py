@@ -20,7 +20,8 @@ def _project() -> dict:
 
 
 def test_require_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "pyarrow", None)  # as if not installed: import raises ModuleNotFoundError
+    for name in [m for m in sys.modules if m == "pyarrow" or m.startswith("pyarrow.")] + ["pyarrow"]:
+        monkeypatch.setitem(sys.modules, name, None)  # as if not installed: import raises ModuleNotFoundError
     with pytest.raises(MissingExtraError) as e:
         require("pyarrow.parquet", "fleet", "quantkit fleet")
     msg = str(e.value)
