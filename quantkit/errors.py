@@ -60,3 +60,8 @@ class AgreementError(QuantkitError):
     """A quantized model's decisions do not agree with FP32's above the configured floor (bind refuses)."""
 
     exit_code = 6
+
+
+class MissingExtraError(QuantkitError):
+    """A package of an optional extra (``quantkit[fleet]``, ``quantkit[demo]``, ...) is not installed; the
+    message names the package and the ``pip install`` that adds it."""

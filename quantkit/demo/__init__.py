@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .._overwrite import FileKind
 from ..errors import InputFileError, QuantkitError
+from ..extras import require
 
 DET_MODEL = "ch_PP-OCRv4_det_infer.onnx"
 CLS_MODEL = "ch_ppocr_mobile_v2.0_cls_infer.onnx"
@@ -31,20 +32,16 @@ def packaged_model_path(name: str = "ppocr_det") -> Path:
     such as ``ch_PP-OCRv4_det_infer.onnx`` is accepted too).
 
     Raises:
-        InputFileError: unknown name, or the package is not installed or lacks the file.
+        InputFileError: unknown name, or the installed package lacks the file.
+        MissingExtraError: the package is not installed (the ``demo`` extra).
     """
-    import importlib
-
     if name not in PACKAGED_MODELS:
         by_file = {Path(f).name: k for k, (_, f, _) in PACKAGED_MODELS.items()}
         if name not in by_file:
             raise InputFileError(f"demo model {name!r} is unknown; use one of {', '.join(PACKAGED_MODELS)}")
         name = by_file[name]
     package, rel, req = PACKAGED_MODELS[name]
-    try:
-        mod = importlib.import_module(package)
-    except ImportError:
-        raise InputFileError(f"{package} is not installed; run: pip install '{req}'") from None
+    mod = require(package, "demo", f"demo model {name!r}")
     p = Path(str(mod.__file__)).parent / rel
     if not p.is_file():
         raise InputFileError(f"{p}: model not shipped by the installed {package}; install {req}")

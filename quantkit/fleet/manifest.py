@@ -37,6 +37,7 @@ from typing import Any, Iterator, Literal
 
 from .._io import atomic_write_bytes, sha256_bytes
 from ..errors import ConfigError, InputFileError
+from ..extras import require
 from ..imageio import IMAGE_SUFFIXES
 
 log = logging.getLogger(__name__)
@@ -121,8 +122,7 @@ def resolve_uri(uri: str, root: str | os.PathLike[str]) -> str:
 def read_bytes(uri: str) -> bytes:
     """The bytes of a local file or fsspec URI (raises OSError / FileNotFoundError)."""
     if "://" in uri:
-        import fsspec
-
+        fsspec = require("fsspec", "fleet", "quantkit fleet")
         with fsspec.open(uri, "rb") as f:
             return f.read()
     return Path(uri).read_bytes()
@@ -130,8 +130,7 @@ def read_bytes(uri: str) -> bytes:
 
 def _exists(uri: str) -> bool:
     if "://" in uri:
-        import fsspec
-
+        fsspec = require("fsspec", "fleet", "quantkit fleet")
         fs, path = fsspec.core.url_to_fs(uri)
         return bool(fs.exists(path))
     return os.path.isfile(uri)
@@ -183,6 +182,8 @@ def load_manifest(path: str | os.PathLike[str]) -> FleetManifest:
     if not p.is_file():
         raise InputFileError(f"{p}: fleet manifest not found; build one with 'quantkit fleet register IMAGES --out {p}'")
     csv = p.suffix.lower() == ".csv"
+    if not csv:
+        require("pyarrow", "fleet", "quantkit fleet (a Parquet manifest)")
     try:
         frame = pd.read_csv(p, dtype=str, keep_default_na=False, na_values=[""]) if csv else pd.read_parquet(p)
     except Exception as e:  # noqa: BLE001 - pyarrow/pandas raise many types for a bad file
@@ -195,8 +196,8 @@ def load_manifest(path: str | os.PathLike[str]) -> FleetManifest:
 
 def write_manifest(frame: Any, path: str | os.PathLike[str]) -> Path:
     """Write a manifest frame as Parquet (or CSV for a ``.csv`` path) atomically, sorted, same bytes for same rows."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    pa = require("pyarrow", "fleet", "quantkit fleet")
+    pq = require("pyarrow.parquet", "fleet", "quantkit fleet")
 
     p = Path(path)
     frame = _normalize(frame, str(p))

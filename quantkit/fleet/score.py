@@ -37,6 +37,7 @@ from typing import Any, Iterator
 from .. import __version__
 from .._io import atomic_write_json, fingerprint, read_json, sha256_file
 from ..errors import ConfigError, InputFileError
+from ..extras import require
 from .config import FleetScoreConfig
 from .scorer import Scorer, ScoringSpec, Shard, run_shard, shard_summary_path
 from .summaries import Edges, Summary, merge_all
@@ -209,7 +210,7 @@ def _run_local(todo: list[ShardPlan], manifest: Any, spec: ScoringSpec, progress
 def _run_dask(todo: list[ShardPlan], manifest: Any, spec: ScoringSpec, client: Any, progress: _Log, lost: set[str]) -> Iterator[dict[str, Any]]:
     """Submit shards as tasks, at most twice the cluster's threads (and at least 4) in flight, so neither
     the driver nor the scheduler holds the whole plan's paths; yields each shard's document."""
-    from distributed import as_completed
+    as_completed = require("distributed", "fleet", "quantkit fleet").as_completed
 
     from .plugin import ScorerPlugin
 
@@ -249,8 +250,9 @@ def _run_dask(todo: list[ShardPlan], manifest: Any, spec: ScoringSpec, client: A
 
 
 def _client(workers: int, scheduler: str | None) -> tuple[Any, Any]:
-    import dask
-    from distributed import Client, LocalCluster
+    dask = require("dask", "fleet", "quantkit fleet")
+    distributed = require("distributed", "fleet", "quantkit fleet")
+    Client, LocalCluster = distributed.Client, distributed.LocalCluster
 
     if scheduler:
         try:  # Dask's own connect timeout (distributed.comm.timeouts.connect, default 30 s)

@@ -34,6 +34,7 @@ import numpy as np
 
 from .._io import atomic_write_bytes, atomic_write_json
 from ..calibset.stats import STAT_COLUMNS
+from ..extras import require
 from . import decisions
 from .summaries import Edges, Summary
 
@@ -91,7 +92,7 @@ class Shard:
 
 def row_schema() -> Any:
     """The arrow schema of a shard's rows file (``camera`` and ``date`` are the partition folders)."""
-    import pyarrow as pa
+    pa = require("pyarrow", "fleet", "quantkit fleet")
 
     kinds = {"int64": pa.int64(), "float64": pa.float64()}
     return pa.schema([("uri", pa.string()), ("site", pa.string()), ("line", pa.string()),
@@ -220,8 +221,8 @@ class Scorer:
 
     def score_shard(self, shard: Shard) -> dict[str, Any]:
         """Score every image of ``shard``, write its rows and summary; returns the summary document."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        pa = require("pyarrow", "fleet", "quantkit fleet")
+        pq = require("pyarrow.parquet", "fleet", "quantkit fleet")
 
         rows, errors = [], []
         for i, (uri, path, captured, lighting) in enumerate(shard.images):
@@ -278,9 +279,7 @@ def run_shard(shard: Shard, plugin_name: str, scorer: Scorer | None = None) -> d
     """
     where = "local"
     if scorer is None:
-        from distributed import get_worker
-
-        worker = get_worker()
+        worker = require("distributed", "fleet", "quantkit fleet").get_worker()
         scorer = worker.plugins[plugin_name].scorer  # type: ignore[attr-defined]
         where = worker.address
     with scorer.lock:

@@ -13,6 +13,7 @@ from typing import Any
 
 from .._io import read_json
 from ..errors import InputFileError
+from ..extras import require
 from .scorer import shard_summary_path
 from .summaries import Edges, Summary
 
@@ -78,7 +79,7 @@ class ScoreStore:
 
     def camera_rows(self, camera: str, columns: list[str] | None = None) -> Any:
         """``camera``'s rows as a pandas DataFrame sorted by capture time and URI (empty when it has none)."""
-        import pyarrow.dataset as ds
+        ds = require("pyarrow.dataset", "fleet", "quantkit fleet")
 
         folder = self.path / "rows" / f"camera={urllib.parse.quote(camera, safe='')}"
         if not folder.is_dir():

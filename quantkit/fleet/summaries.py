@@ -34,6 +34,7 @@ import numpy as np
 
 from .._io import fingerprint
 from ..calibset.stats import STAT_COLUMNS
+from ..extras import require
 from .decisions import SUM_COLUMNS
 
 LOG_STATISTICS = frozenset({"sharpness_lapvar", "noise_sigma"})
@@ -106,15 +107,11 @@ class Edges:
 
 
 def _kll(k: int) -> Any:
-    from datasketches import kll_doubles_sketch
-
-    return kll_doubles_sketch(k)
+    return require("datasketches", "fleet", "quantkit fleet").kll_doubles_sketch(k)
 
 
 def _kll_load(data: bytes) -> Any:
-    from datasketches import kll_doubles_sketch
-
-    return kll_doubles_sketch.deserialize(data)
+    return require("datasketches", "fleet", "quantkit fleet").kll_doubles_sketch.deserialize(data)
 
 
 @dataclasses.dataclass(repr=False)

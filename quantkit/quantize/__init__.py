@@ -3,6 +3,49 @@
 One verb, :func:`quantize` (the config's type picks static or dynamic). See ``docs/ARCHITECTURE.md``.
 Everything is imported lazily: reading a record (:mod:`quantkit.artifacts`) never loads ONNX Runtime's
 quantization tools.
+
+Module map (one line each; the calibration loop runs engine -> calibrate -> tap / reading -> the states)::
+
+    config            StaticQuantConfig, DynamicQuantConfig, TensorOverride: one named field per knob
+    adapter           the one module that talks to onnxruntime.quantization: configs to ORT arguments, ranges to TensorsData
+    engine            quantize() and replay(): load the intake, calibrate, call ORT, write model + record
+    calibrate         collect_ranges(): bounded-memory, resumable range collection reproducing ORT's calibrators
+    checkpoint        calibration state saved to / loaded from one .npz, keyed by everything it depends on
+    tap               the tap model: every calibrated tensor (or its extremes, or its tails) as outputs of one session
+    reading           folding one inference's tapped tensors into a calibration state (calibrate's inner loop)
+    minmax            MinMaxState: ORT's MinMaxCalibrater, folded image by image
+    histogram         HistogramState: exact two-pass histograms on ORT's bins (Distribution)
+    fine_histogram    FineHistogramState: one-pass histograms within a stated tolerance (Percentile, Entropy)
+    cutoffs           which elements a percentile tensor still needs read after its first image (cut-offs, piles)
+    derive            ranges that follow exactly from another tensor's range (MinMax need not read them)
+    scales            the scales and zero points read from a written model into TensorScale rows
+    outputs           what the written model computes at its outputs: effective levels, collapsed channels, findings
+    runtime_check     the gate before a model is written: the runtime loads and runs it at its deployment level
+    compare           layer by layer FP32 against the QDQ simulation (SQNR, cosine, clipping), streaming
+    runtime_compare   FP32, the QDQ simulation and each runtime's execution of the same INT8 file, per output
+    aimet             AIMET encodings 1.0.0 export and import
+    recovery/         accuracy recovery before the fallback: fold, equalize, bias, adaround, ranges (one module each),
+                      apply (runs them in order), activations (float tensors per image), weights (fake-quant weights)
+    fallback/         precision fallback: config, graph (names, islands), candidates (build + score), metric,
+                      search (bisect, prune, SQNR ranking), run (precision_fallback)
+
+Modules that do the same thing twice (noted for a later pass, not changed here):
+
+- ``compare._Acc`` and ``runtime_compare._Acc``: the same streaming SQNR / cosine / max-error sums, each with
+  its own extras (clipping count; step mismatches). One accumulator with both would do.
+- ``fallback.metric.pixel_iou`` computes pixel IoU of thresholded maps itself, beside ``fallback.metric.task_metric``,
+  which asks the task adapter (``db_text``, ``segmentation`` already own pixel IoU): task knowledge outside the
+  adapters (STYLE.md habit 11). It carries an ``upper_bound`` for early stopping that the adapter path lacks; that
+  bound is the reason to keep it, and the thing to move into the adapter's metric.
+- The symmetric weight scale (``absmax / qmax``, round, clip) is written in ``recovery.weights.fake_quant_weight``
+  and again inside ``recovery.adaround``; ``recovery.adaround._attr`` and ``recovery.equalize._attr`` read a node
+  attribute twice over.
+- Three ways of running a model with intermediate tensors as outputs: ``adapter.calibration_plan`` (ORT's own
+  ``augment_graph``, for histogram parity with ORT), ``tap`` (quantkit's reading sessions) and
+  ``quantkit.runtimes.with_outputs`` (compare, recovery.activations). The first two exist for ORT parity and
+  speed; they are not duplicates of the third to remove, but a reader should know all three.
+- ``histogram`` and ``fine_histogram`` look alike but are not duplicates: exact two passes on ORT's bins against
+  one pass within a tolerance.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Map heads: a per-pixel probability map binarized, then regions as items (DB text detection).
 
-``db_text``: PP-OCR's DB head, post-processing by rapidocr's ``DBPostProcess``
-(``rapidocr_onnxruntime/ch_ppocr_det/utils.py``, a port of PaddleOCR's ``ppocr/postprocess/db_postprocess.py``)
-with rapidocr's deployed defaults (``config.yaml``: thresh 0.3, box_thresh 0.5, unclip_ratio 1.6,
+``db_text``: PP-OCR's DB head, post-processing by :func:`quantkit.tasks.dbpost.db_boxes` (a port of rapidocr's
+``DBPostProcess``, ``rapidocr_onnxruntime/ch_ppocr_det/utils.py``, itself a port of PaddleOCR's
+``ppocr/postprocess/db_postprocess.py``) with rapidocr's deployed defaults (``config.yaml``: thresh 0.3, box_thresh 0.5, unclip_ratio 1.6,
 max_candidates 1000, use_dilation true, score_mode fast). Agreement with FP32: pixel IoU of the binarized maps
 (primary) and box F1 of the text regions at IoU 0.5; against ground-truth text quads: precision, recall, F1.
 """
@@ -24,6 +24,7 @@ from .base import (
     TaskAdapter,
     ThresholdSpec,
 )
+from .dbpost import db_boxes
 from .decision import Decision, empty_decision
 from .matching import item_counts, match, polygon_iou
 from .registry import register_adapter
@@ -136,16 +137,10 @@ class DBTextAdapter(TaskAdapter):
             raise ModelError(f"task 'db_text': expected a [1, 1, H, W] probability map, got shape {list(arr.shape)}")
         return np.asarray(arr[0, 0], np.float32)
 
-    def _post(self) -> Any:
-        from rapidocr_onnxruntime.ch_ppocr_det.utils import DBPostProcess
-
-        return DBPostProcess(thresh=self.thresh, box_thresh=self.box_thresh, max_candidates=self.max_candidates,
-                             unclip_ratio=self.unclip_ratio, score_mode=self.score_mode, use_dilation=self.use_dilation)
-
     def _decide(self, outputs: Outputs) -> Decision:
         prob = self._map(outputs)
-        h, w = prob.shape
-        boxes, scores = self._post()(prob[None, None], (h, w))
+        boxes, scores = db_boxes(prob, thresh=self.thresh, box_thresh=self.box_thresh, max_candidates=self.max_candidates,
+                                 unclip_ratio=self.unclip_ratio, score_mode=self.score_mode, use_dilation=self.use_dilation)
         mask = prob > np.float32(self.thresh)
         if len(scores) == 0:
             return empty_decision(mask)
