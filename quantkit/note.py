@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import json
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -35,6 +34,7 @@ import numpy as np
 from ._io import atomic_write_json, read_json
 from .config import Config
 from .errors import ConfigError, InputFileError, ModelError
+from .resize import Transform, fill_pad, fit_height_pad, letterbox, shortest_side_crop, stretch
 
 METADATA_KEY = "quantkit.export_note"
 
@@ -42,43 +42,6 @@ ColorOrder = Literal["RGB", "BGR"]
 Layout = Literal["NCHW", "NHWC"]
 ResizePolicy = Literal["stretch", "letterbox", "shortest_side_crop", "fit_height_pad", "none"]
 Channels = Literal[1, 3, 4]
-
-
-@dataclasses.dataclass(frozen=True)
-class Transform:
-    """How an image was mapped into the model input: ``model_xy = image_xy * scale - (left, top)`` per axis.
-
-    ``pad`` is ``(pad_bottom, pad_right)`` in model pixels (letterbox and fit_height_pad pad bottom/right
-    only). ``crop`` is ``(top, left)``: the rows and columns of the resized image cut off before the model
-    input's first pixel (``shortest_side_crop``; ``(0, 0)`` otherwise). ``cropped``: part of the image lies
-    outside the model input (objects at the edges are cut).
-    """
-
-    scale_y: float
-    scale_x: float
-    pad: tuple[int, int] = (0, 0)
-    crop: tuple[int, int] = (0, 0)
-    cropped: bool = False
-
-    def to_image(self, xy: np.ndarray) -> np.ndarray:
-        """Map ``(..., 2)`` float ``(x, y)`` model-input coordinates back to source-image pixels (float64)."""
-        out = np.asarray(xy, dtype=np.float64).copy()
-        out[..., 0] = (out[..., 0] + self.crop[1]) / self.scale_x
-        out[..., 1] = (out[..., 1] + self.crop[0]) / self.scale_y
-        return out
-
-    def to_model(self, xy: np.ndarray, *, what: str = "labels") -> np.ndarray:
-        """Map ``(..., 2)`` ``(x, y)`` source-image pixels (ground truth) into model-input pixels, float32.
-
-        Raises:
-            ConfigError: the image was cropped (``shortest_side_crop`` cut part of it), so ground-truth
-                ``what`` at the edges would be cut; named with the fix.
-        """
-        if self.cropped:
-            raise ConfigError(f"ground-truth {what} cannot be mapped into a centre-cropped input (preprocessing.resize_policy: "
-                              "shortest_side_crop cuts objects at the crop's edges); use letterbox or stretch for this task, or leave these labels out")
-        out = np.asarray(xy, dtype=np.float32) * np.array([self.scale_x, self.scale_y], np.float32)
-        return out - np.array([self.crop[1], self.crop[0]], np.float32) if self.crop != (0, 0) else out
 
 
 @functools.lru_cache(maxsize=16)
@@ -106,7 +69,7 @@ class Preprocessing(Config):
             ``pad_value``), ``shortest_side_crop`` (short side to ``resize_short``, keep aspect, centre crop:
             torchvision ``Resize`` + ``CenterCrop``), ``fit_height_pad`` (height to the input height, keep
             aspect up to the input width, pad right: PaddleOCR / rapidocr text recognizers) or ``none`` (every
-            image must already be ``input_size``). Formulas and sources: :meth:`resize`.
+            image must already be ``input_size``). Formulas and sources: :mod:`quantkit.resize`.
         pad_value: 0-255 grey level of the letterbox / fit_height_pad padding (all channels).
         resize_short: ``shortest_side_crop`` only: the short side's length in pixels before the centre crop
             (torchvision ``Resize(256)`` + ``CenterCrop(224)``: 256); 0 = the input's larger side (no zoom
@@ -181,77 +144,28 @@ class Preprocessing(Config):
         return np.full(self.channels, vals[0], np.float32) if len(vals) != self.channels else np.asarray(vals, np.float32)
 
     def resize(self, image: np.ndarray, *, source: str | None = None) -> tuple[np.ndarray, Transform]:
-        """Resize an ``(H, W, 3) uint8`` image to ``input_size`` ``(th, tw)``; returns the ``(th, tw, 3) uint8``
-        image and its :class:`Transform` (model pixels from image pixels).
-
-        Policies (``h, w``: the image's height and width):
-
-        * ``stretch``: ``cv2.resize`` to ``(th, tw)``, ``INTER_LINEAR``; aspect ignored.
-        * ``letterbox``: ``s = min(th / h, tw / w)``, size ``(round(h s), round(w s))`` (``INTER_AREA`` when
-          shrinking, else ``INTER_LINEAR``), padded bottom/right with ``pad_value``.
-        * ``shortest_side_crop``: torchvision's ``Resize(N)`` + ``CenterCrop((th, tw))`` on a PIL image
-          (``torchvision.transforms.functional.resize`` / ``_compute_resized_output_size`` and ``center_crop``):
-          the short side becomes exactly ``N = resize_short``, the long side ``int(N * long / short)``; resampled
-          with PIL's ``Image.resize(..., BILINEAR)`` (what torchvision calls on PIL images; antialiased when
-          shrinking, so it differs from ``cv2.INTER_LINEAR`` by up to ~90 grey levels at edges); then
-          ``top = int(round((nh - th) / 2.0))``, ``left = int(round((nw - tw) / 2.0))`` (Python's round: halves
-          to even) and the ``(th, tw)`` window is kept.
-        * ``fit_height_pad``: PaddleOCR / rapidocr ``resize_norm_img`` (``rapidocr_onnxruntime/ch_ppocr_rec/
-          text_recognize.py``, ``ch_ppocr_cls/text_cls.py``): height ``th``, width ``min(tw, ceil(th * (w / h)))``,
-          ``cv2.resize`` with ``INTER_LINEAR`` (cv2's default), padded right to ``tw`` with ``pad_value`` (or
-          ``pad_input`` after normalization, see :meth:`apply`: rapidocr pads with 0.0 there).
-        * ``none``: the image must already be ``(th, tw)``.
-
-        An image already ``(th, tw)`` is returned unchanged by every policy (by ``shortest_side_crop`` only when
-        ``resize_short`` does not zoom, i.e. equals the short side).
+        """Resize an ``(H, W, 3) uint8`` image to ``input_size`` under ``resize_policy``; returns the
+        ``(th, tw, 3) uint8`` image and its :class:`Transform`. Each policy's formula and source:
+        :mod:`quantkit.resize`. An image already ``input_size`` is returned unchanged (by ``shortest_side_crop``
+        only when ``resize_short`` does not zoom).
 
         Raises:
             ConfigError: ``resize_policy: none`` and the image is not ``input_size`` (names ``source``).
         """
-        import cv2
-
         h, w = image.shape[:2]
         th, tw = self.input_size
         if self.resize_policy == "shortest_side_crop":
-            return self._shortest_side_crop(image)
+            return shortest_side_crop(image, self.input_size, self.resize_short or max(th, tw))
         if self.resize_policy == "none" or (h, w) == (th, tw):
             if (h, w) != (th, tw) and self.resize_policy == "none":
                 raise ConfigError(f"{source or 'image'}: is {h}x{w} (height x width) but the note fixes {th}x{tw} with resize_policy 'none'; "
                                   "resize the images upstream or set preprocessing.resize_policy: letterbox or stretch")
             return image, Transform(1.0, 1.0)
         if self.resize_policy == "stretch":
-            out = cv2.resize(image, (tw, th), interpolation=cv2.INTER_LINEAR)
-            return out, Transform(th / h, tw / w)
+            return stretch(image, self.input_size)
         if self.resize_policy == "fit_height_pad":
-            nw = min(tw, int(math.ceil(th * (w / float(h)))))  # rapidocr's exact expression (float ratio first)
-            resized = cv2.resize(image, (nw, th), interpolation=cv2.INTER_LINEAR)
-            out = np.full((th, tw, 3), self.pad_value, dtype=np.uint8)
-            out[:, :nw] = resized
-            return out, Transform(th / h, nw / w, (0, tw - nw))
-        s = min(th / h, tw / w)
-        nh, nw = max(1, round(h * s)), max(1, round(w * s))
-        resized = cv2.resize(image, (nw, nh), interpolation=cv2.INTER_AREA if s < 1 else cv2.INTER_LINEAR)
-        out = np.full((th, tw, 3), self.pad_value, dtype=np.uint8)
-        out[:nh, :nw] = resized
-        return out, Transform(nh / h, nw / w, (th - nh, tw - nw))
-
-    def _shortest_side_crop(self, image: np.ndarray) -> tuple[np.ndarray, Transform]:
-        """torchvision ``Resize(resize_short)`` + ``CenterCrop(input_size)`` on a PIL image (see :meth:`resize`)."""
-        from PIL import Image
-
-        h, w = image.shape[:2]
-        th, tw = self.input_size
-        n = self.resize_short or max(th, tw)
-        short, long = (w, h) if w <= h else (h, w)
-        new_short, new_long = n, int(n * long / short)
-        nw, nh = (new_short, new_long) if w <= h else (new_long, new_short)
-        if (nh, nw) == (h, w):
-            resized = image
-        else:
-            resized = np.asarray(Image.fromarray(np.ascontiguousarray(image)).resize((nw, nh), Image.Resampling.BILINEAR))
-        top, left = int(round((nh - th) / 2.0)), int(round((nw - tw) / 2.0))
-        out = np.ascontiguousarray(resized[top:top + th, left:left + tw])
-        return out, Transform(nh / h, nw / w, crop=(top, left), cropped=(nh, nw) != (th, tw))
+            return fit_height_pad(image, self.input_size, self.pad_value)
+        return letterbox(image, self.input_size, self.pad_value)
 
     def apply(self, image: np.ndarray, *, source: str | None = None) -> tuple[np.ndarray, Transform]:
         """Turn one ``(H, W, 3) uint8`` RGB image (or ``(H, W)`` grey) into a model input.
@@ -272,7 +186,7 @@ class Preprocessing(Config):
         img, tf = self.resize(image, source=source)
         x = self._normalized(img)
         if self.pad_input is not None and tf.pad != (0, 0):
-            self._fill_pad(x, tf.pad)
+            fill_pad(x, tf.pad, self.pad_input, channels_last=self.layout == "NHWC")
         return x, tf
 
     def _normalized(self, img: np.ndarray) -> np.ndarray:
@@ -293,20 +207,6 @@ class Preprocessing(Config):
         if self.layout == "NCHW":
             x = x.transpose(2, 0, 1)
         return np.ascontiguousarray(x[None] if self.batch_axis else x, dtype=np.float32)
-
-    def _fill_pad(self, x: np.ndarray, pad: tuple[int, int]) -> None:
-        """Overwrite the ``pad = (bottom, right)`` padded rows/columns of model input ``x`` with ``pad_input``."""
-        h_axis, w_axis = (-2, -1) if self.layout == "NCHW" else (-3, -2)
-        th, tw = self.input_size
-        index: list[Any] = [slice(None)] * x.ndim
-        if pad[0]:
-            rows = list(index)
-            rows[x.ndim + h_axis] = slice(th - pad[0], th)
-            x[tuple(rows)] = np.float32(self.pad_input)
-        if pad[1]:
-            cols = list(index)
-            cols[x.ndim + w_axis] = slice(tw - pad[1], tw)
-            x[tuple(cols)] = np.float32(self.pad_input)
 
     def _apply_table(self, img: np.ndarray) -> np.ndarray:
         """``(H, W, C) uint8`` -> the model input, through :func:`_normalize_table` (bit-identical to the float formula)."""
