@@ -5,12 +5,14 @@ model's ``metadata_props`` under :data:`METADATA_KEY` and as a sidecar JSON file
 
 Preprocessing order (the contract :meth:`Preprocessing.apply` implements):
 1. decoded image ``(H, W, 3) uint8`` RGB (see :mod:`quantkit.imageio`);
-2. resize to ``input_size`` under ``resize_policy``;
+2. resize to ``input_size`` under ``resize_policy`` (:meth:`Preprocessing.resize`: ``stretch``, ``letterbox``,
+   ``shortest_side_crop``, ``fit_height_pad`` or ``none``);
 3. channels: ``channels: 3`` reorders to ``color_order``; ``channels: 1`` takes the luma
    ``Y = 0.299 R + 0.587 G + 0.114 B`` (ITU-R BT.601, OpenCV's ``COLOR_RGB2GRAY``); ``channels: 4``
    reorders to ``color_order`` and appends an opaque alpha channel (255; decoded images carry no alpha);
 4. ``x = (pixel * scale - mean) / std`` per channel, as float32 (``mean``/``std`` give one value for
-   every channel, or one per channel);
+   every channel, or one per channel); with ``pad_input`` set, the padded elements are then overwritten with
+   that value (PaddleOCR / rapidocr pad their recognizer input with 0.0 after normalizing);
 5. transpose to ``layout`` and add the batch axis (``batch_axis: false`` for rank-3 inputs, CHW/HWC).
 
 For PP-OCR's detector this is ``scale=1/255, mean=0.5, std=0.5`` in RGB NCHW (PaddleOCR's
@@ -25,40 +27,21 @@ import dataclasses
 import functools
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
 from ._io import atomic_write_json, read_json
 from .config import Config
 from .errors import ConfigError, InputFileError, ModelError
+from .resize import Transform, fill_pad, fit_height_pad, letterbox, shortest_side_crop, stretch
 
 METADATA_KEY = "quantkit.export_note"
 
 ColorOrder = Literal["RGB", "BGR"]
 Layout = Literal["NCHW", "NHWC"]
-ResizePolicy = Literal["stretch", "letterbox", "none"]
+ResizePolicy = Literal["stretch", "letterbox", "shortest_side_crop", "fit_height_pad", "none"]
 Channels = Literal[1, 3, 4]
-
-
-@dataclasses.dataclass(frozen=True)
-class Transform:
-    """How an image was mapped into the model input: ``model_xy = image_xy * scale`` (per axis).
-
-    ``pad`` is ``(pad_bottom, pad_right)`` in model pixels (letterbox pads bottom/right only, so no
-    offset is needed to map coordinates back).
-    """
-
-    scale_y: float
-    scale_x: float
-    pad: tuple[int, int] = (0, 0)
-
-    def to_image(self, xy: np.ndarray) -> np.ndarray:
-        """Map ``(..., 2)`` float ``(x, y)`` model-input coordinates back to source-image pixels."""
-        out = np.asarray(xy, dtype=np.float64).copy()
-        out[..., 0] /= self.scale_x
-        out[..., 1] /= self.scale_y
-        return out
 
 
 @functools.lru_cache(maxsize=16)
@@ -83,8 +66,17 @@ class Preprocessing(Config):
         mean: subtracted after scaling; one value for every channel, or one per channel.
         std: divides after subtracting the mean; one value for every channel, or one per channel.
         resize_policy: ``stretch`` (ignore aspect), ``letterbox`` (keep aspect, pad bottom/right with
-            ``pad_value``) or ``none`` (every image must already be ``input_size``).
-        pad_value: 0-255 grey level of the letterbox padding (all channels).
+            ``pad_value``), ``shortest_side_crop`` (short side to ``resize_short``, keep aspect, centre crop:
+            torchvision ``Resize`` + ``CenterCrop``), ``fit_height_pad`` (height to the input height, keep
+            aspect up to the input width, pad right: PaddleOCR / rapidocr text recognizers) or ``none`` (every
+            image must already be ``input_size``). Formulas and sources: :mod:`quantkit.resize`.
+        pad_value: 0-255 grey level of the letterbox / fit_height_pad padding (all channels).
+        resize_short: ``shortest_side_crop`` only: the short side's length in pixels before the centre crop
+            (torchvision ``Resize(256)`` + ``CenterCrop(224)``: 256); 0 = the input's larger side (no zoom
+            for a square input). Must be at least the input's larger side.
+        pad_input: the padded elements' value in the model input itself, after normalization (every channel);
+            rapidocr's and PaddleOCR's ``resize_norm_img`` pad with 0.0 here. Unset: the padding is
+            ``pad_value`` pixels, normalized like the image. letterbox and fit_height_pad only.
         channels: 1 (grayscale luma, BT.601), 3 (colour in ``color_order``) or 4 (colour + opaque alpha).
         batch_axis: the input has a leading batch axis (rank 4); false for rank-3 inputs (CHW / HWC).
     """
@@ -101,6 +93,18 @@ class Preprocessing(Config):
     pad_value: int = 0
     channels: Channels = 3
     batch_axis: bool = True
+    resize_short: int = 0
+    pad_input: float | None = None
+
+    OPTIONAL_KEYS: ClassVar[dict[str, Any]] = {"resize_short": 0, "pad_input": None}
+    """Fields left out of :meth:`to_dict` at their default, so notes written before they existed keep their bytes."""
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        for k, default in self.OPTIONAL_KEYS.items():
+            if out[k] == default:
+                del out[k]
+        return out
 
     def validate(self) -> None:
         h, w = self.input_size
@@ -113,6 +117,16 @@ class Preprocessing(Config):
                               "and std (1/255 = 0.00392156862745098 for inputs in 0..1, 1.0 for 0..255)")
         if not 0 <= self.pad_value <= 255:
             raise ConfigError(f"preprocessing.pad_value: {self.pad_value} must be in 0..255")
+        if self.resize_short < 0:
+            raise ConfigError(f"preprocessing.resize_short: {self.resize_short} must be positive (or 0 for the input's larger side)")
+        if self.resize_short and self.resize_policy != "shortest_side_crop":
+            raise ConfigError(f"preprocessing.resize_short: {self.resize_short} is used only by resize_policy shortest_side_crop "
+                              f"(this note has {self.resize_policy}); remove it or set resize_policy: shortest_side_crop")
+        if self.resize_policy == "shortest_side_crop" and self.resize_short and self.resize_short < max(h, w):
+            raise ConfigError(f"preprocessing.resize_short: {self.resize_short} is smaller than the input's larger side {max(h, w)}, so the "
+                              f"centre crop would need padding; set resize_short >= {max(h, w)} (ImageNet: 256 for 224)")
+        if self.pad_input is not None and self.resize_policy not in ("letterbox", "fit_height_pad"):
+            raise ConfigError(f"preprocessing.pad_input: resize_policy {self.resize_policy} pads nothing; remove pad_input or use letterbox / fit_height_pad")
         for name in ("mean", "std"):
             vals = getattr(self, name)
             if len(vals) not in (1, self.channels) and not (len(set(vals)) == 1 and len(vals) > 0):
@@ -130,29 +144,28 @@ class Preprocessing(Config):
         return np.full(self.channels, vals[0], np.float32) if len(vals) != self.channels else np.asarray(vals, np.float32)
 
     def resize(self, image: np.ndarray, *, source: str | None = None) -> tuple[np.ndarray, Transform]:
-        """Resize an ``(H, W, 3) uint8`` image to ``input_size``; returns the image and its transform.
+        """Resize an ``(H, W, 3) uint8`` image to ``input_size`` under ``resize_policy``; returns the
+        ``(th, tw, 3) uint8`` image and its :class:`Transform`. Each policy's formula and source:
+        :mod:`quantkit.resize`. An image already ``input_size`` is returned unchanged (by ``shortest_side_crop``
+        only when ``resize_short`` does not zoom).
 
         Raises:
             ConfigError: ``resize_policy: none`` and the image is not ``input_size`` (names ``source``).
         """
-        import cv2
-
         h, w = image.shape[:2]
         th, tw = self.input_size
+        if self.resize_policy == "shortest_side_crop":
+            return shortest_side_crop(image, self.input_size, self.resize_short or max(th, tw))
         if self.resize_policy == "none" or (h, w) == (th, tw):
             if (h, w) != (th, tw) and self.resize_policy == "none":
                 raise ConfigError(f"{source or 'image'}: is {h}x{w} (height x width) but the note fixes {th}x{tw} with resize_policy 'none'; "
                                   "resize the images upstream or set preprocessing.resize_policy: letterbox or stretch")
             return image, Transform(1.0, 1.0)
         if self.resize_policy == "stretch":
-            out = cv2.resize(image, (tw, th), interpolation=cv2.INTER_LINEAR)
-            return out, Transform(th / h, tw / w)
-        s = min(th / h, tw / w)
-        nh, nw = max(1, round(h * s)), max(1, round(w * s))
-        resized = cv2.resize(image, (nw, nh), interpolation=cv2.INTER_AREA if s < 1 else cv2.INTER_LINEAR)
-        out = np.full((th, tw, 3), self.pad_value, dtype=np.uint8)
-        out[:nh, :nw] = resized
-        return out, Transform(nh / h, nw / w, (th - nh, tw - nw))
+            return stretch(image, self.input_size)
+        if self.resize_policy == "fit_height_pad":
+            return fit_height_pad(image, self.input_size, self.pad_value)
+        return letterbox(image, self.input_size, self.pad_value)
 
     def apply(self, image: np.ndarray, *, source: str | None = None) -> tuple[np.ndarray, Transform]:
         """Turn one ``(H, W, 3) uint8`` RGB image (or ``(H, W)`` grey) into a model input.
@@ -168,11 +181,18 @@ class Preprocessing(Config):
         Raises:
             ConfigError: the image does not fit ``resize_policy: none`` (names ``source``).
         """
-        import cv2
-
         if image.ndim == 2:
             image = np.repeat(image[..., None], 3, axis=2)
         img, tf = self.resize(image, source=source)
+        x = self._normalized(img)
+        if self.pad_input is not None and tf.pad != (0, 0):
+            fill_pad(x, tf.pad, self.pad_input, channels_last=self.layout == "NHWC")
+        return x, tf
+
+    def _normalized(self, img: np.ndarray) -> np.ndarray:
+        """Steps 3-5 of the contract on a resized ``(th, tw, 3) uint8`` image."""
+        import cv2
+
         if self.channels == 1:
             img = cv2.cvtColor(np.ascontiguousarray(img), cv2.COLOR_RGB2GRAY)[..., None]
         else:
@@ -181,12 +201,12 @@ class Preprocessing(Config):
             if self.channels == 4:
                 img = np.concatenate([img, np.full(img.shape[:2] + (1,), 255, np.uint8)], axis=2)
         if img.dtype == np.uint8:  # one table look-up per value (OpenCV LUT): the same float32 arithmetic, several times faster
-            return self._apply_table(img), tf
+            return self._apply_table(img)
         x: np.ndarray = img.astype(np.float32) * np.float32(self.scale)
         x = (x - self._per_channel(self.mean)) / self._per_channel(self.std)
         if self.layout == "NCHW":
             x = x.transpose(2, 0, 1)
-        return np.ascontiguousarray(x[None] if self.batch_axis else x, dtype=np.float32), tf
+        return np.ascontiguousarray(x[None] if self.batch_axis else x, dtype=np.float32)
 
     def _apply_table(self, img: np.ndarray) -> np.ndarray:
         """``(H, W, C) uint8`` -> the model input, through :func:`_normalize_table` (bit-identical to the float formula)."""

@@ -116,3 +116,16 @@ def test_apply_table_path_is_bit_identical_to_the_float_formula():
             x = x.transpose(2, 0, 1) if p.layout == "NCHW" else x
             x = np.ascontiguousarray(x[None] if p.batch_axis else x)
             assert got.shape == p.input_shape() and got.dtype == np.float32 and got.flags.c_contiguous and np.array_equal(got, x), kw
+
+
+@pytest.mark.parametrize("fields", [{"resize_policy": "shortest_side_crop", "resize_short": 48},
+                                    {"resize_policy": "fit_height_pad", "pad_input": 0.0, "pad_value": 255}])
+def test_new_resize_policies_keep_the_probe_mask_aligned(fields):
+    """The probe and its mask go through the same zoom + crop / fit + pad, and the contract is applied once (a crop
+    re-applied to an already-cropped probe would zoom twice and miss the mask); the right note still scores 1.0."""
+    probe = _probe()
+    if fields["resize_policy"] == "fit_height_pad":  # a 16 x 32 strip: fit to height 32 = 64 wide, cut to 32, nothing padded
+        probe = Probe("red-strip", np.ascontiguousarray(probe.image[8:24]), np.ascontiguousarray(probe.mask[8:24]))
+    r = check_note(_red_detector(), TRUE.replace(**fields), probe)
+    assert r.ok and r.verdicts() == {"color_order": "ok", "layout": "ok", "value_range": "ok"}, r.verdicts()
+    assert next(s for s in r.scores if s.declared).score == 1.0

@@ -191,15 +191,14 @@ def _probe_checks(runner: Any, name: str, pre: Preprocessing, probe: Probe, marg
                   findings: list[NoteFinding], verdict: dict[str, str]) -> str:
     """Run the probe under every variant; fill ``scores``, ``findings`` and ``verdict``; return why
     anything stayed untested ('' when everything was scored)."""
-    resized_img, _ = pre.resize(probe.image)
     rmask = None
-    if probe.mask is not None:  # the mask is resized exactly like the image
-        rmask = pre.resize(np.repeat(probe.mask.astype(np.uint8)[..., None] * 255, 3, axis=2))[0][..., 0] > 127
+    if probe.mask is not None:  # the mask is resized exactly like the image (its padding, whatever pad_value, is off the mask)
+        rmask = pre.replace(pad_value=0).resize(np.repeat(probe.mask.astype(np.uint8)[..., None] * 255, 3, axis=2))[0][..., 0] > 127
     declared_range = _range_name(pre)
     other_layout = "NHWC" if pre.layout == "NCHW" else "NCHW"
 
     def score(p: Preprocessing, range_name: str, transpose: bool = False) -> float | None:
-        x, _ = p.apply(resized_img)
+        x, _ = p.apply(probe.image)  # every policy (a crop's zoom, pad_input after normalizing) applied once, from the probe
         layout = other_layout if transpose else p.layout
         if transpose:
             x = _transposed(x, p.layout)

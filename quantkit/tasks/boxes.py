@@ -332,12 +332,16 @@ class BoxDetectorAdapter(TaskAdapter):
         return self._items("agree", ref, got)
 
     def truth(self, labels: Mapping[str, Any] | None, transform: Any) -> Decision | None:
-        """Ground truth ``labels.boxes`` = ``[[x0, y0, x1, y1, class], ...]`` (image pixels) in model-input pixels."""
+        """Ground truth ``labels.boxes`` = ``[[x0, y0, x1, y1, class], ...]`` (image pixels) in model-input pixels.
+
+        Raises:
+            ConfigError: the preprocessing cropped the image (``shortest_side_crop``): boxes at the edges would be cut.
+        """
         boxes = (labels or {}).get(self.LABELS)
         if boxes is None:
             return None
         b = np.asarray(boxes, np.float32).reshape(-1, 5) if len(boxes) else np.zeros((0, 5), np.float32)
-        xyxy = b[:, :4] * np.array([transform.scale_x, transform.scale_y] * 2, np.float32)
+        xyxy = transform.to_model(b[:, :4].reshape(-1, 2, 2), what="boxes").reshape(-1, 4)
         return Decision(corners(xyxy), np.ones(len(b), np.float32), b[:, 4].astype(np.int64))
 
     def accuracy(self, truth: Decision, got: Decision) -> dict[str, float]:

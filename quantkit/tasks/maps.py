@@ -53,9 +53,9 @@ PIXEL_IOU = MetricSpec("pixel_iou", "pixel IoU vs FP32", "pixel_inter", "pixel_u
 
 def truth_quads(quads: Any, transform: Any) -> np.ndarray:
     """Ground-truth quads (image pixels, ``(B, 4, 2)``) in model-input pixels (``transform``: a
-    :class:`quantkit.note.Transform`)."""
+    :class:`quantkit.note.Transform`; it refuses, with a ConfigError, an image that a crop cut)."""
     q = np.asarray(quads, dtype=np.float32).reshape(-1, 4, 2)
-    return q * np.array([transform.scale_x, transform.scale_y], np.float32)
+    return transform.to_model(q, what="text quads")
 
 
 def map_agreement_counts(maps: Sequence[np.ndarray], ref_masks: Sequence[np.ndarray | None], grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

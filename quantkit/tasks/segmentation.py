@@ -134,7 +134,7 @@ class SegmentationAdapter(TaskAdapter):
         if boxes is None:
             return None
         b = np.asarray(boxes, np.float32).reshape(-1, 5) if len(boxes) else np.zeros((0, 5), np.float32)
-        xyxy = b[:, :4] * np.array([transform.scale_x, transform.scale_y] * 2, np.float32)
+        xyxy = transform.to_model(b[:, :4].reshape(-1, 2, 2), what="region boxes").reshape(-1, 4)
         return Decision(corners(xyxy), np.ones(len(b), np.float32), np.zeros(len(b), np.int64))
 
     def accuracy(self, truth: Decision, got: Decision) -> dict[str, float]:
