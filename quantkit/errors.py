@@ -60,3 +60,8 @@ class AgreementError(QuantkitError):
     """A quantized model's decisions do not agree with FP32's above the configured floor (bind refuses)."""
 
     exit_code = 6
+
+
+class ThresholdRangeError(ConfigError):
+    """A threshold lies outside the float range its quantized output tensor can represent, so its integer form
+    could never fire (or always fires)."""
