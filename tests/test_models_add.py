@@ -19,6 +19,21 @@ quantize:
   method: minmax   # and this one
 demo:
   models: [ppocr_det]
+  sets:
+    a:    {out: sets/a,    count: 4,  seed: 1}     # aligned columns stay aligned
+    bb:   {out: sets/bb,   count: 16, seed: 2}
+intake:
+  note_check: off
+  preprocessing: {input_name: x, color_order: RGB, layout: NCHW, scale: 0.00392156862745098,
+                  mean: [0, 0, 0], std: [1, 1, 1]}   # a wrapped flow mapping
+models:
+  other:                  # the user's first model
+    file: models/other.onnx
+    task: {adapter: classifier}
+
+# the next section's comment stays with it
+calibrations:
+  deployed: {calibration_set: sets/a}
 """
 
 DVC_YAML = """stages:
@@ -84,8 +99,10 @@ def test_add_writes_the_entry_keeping_comments_and_intake_reads_it(repo, capsys)
     assert "adapter  db_text: output 'y' [1, 1, 32, 32] is a one-channel probability map" in out
     assert "defaults pad_value written with quantkit's defaults" in out
     text = (repo / "params.yaml").read_text()
-    assert text.startswith(before)  # everything the user wrote, comments included, is unchanged
-    assert "models:\n  mymap:\n    source: file\n    file: models/map.onnx\n" in text and "input_size: [32, 32]" in text
+    # every byte the user wrote is unchanged (comments, alignment, wrapped flow mappings); the entry follows 'other'
+    head, tail = before.split("\n# the next section's comment")
+    assert text.startswith(head + "  mymap:\n    source: file\n    file: models/map.onnx\n")
+    assert text.endswith("\n# the next section's comment" + tail) and "input_size: [32, 32]" in text
     p = repo / "params.yaml"
     intake = config_from_params(IntakeConfig, p, "intake", model="mymap")
     pre = intake.preprocessing
@@ -128,7 +145,17 @@ def test_an_existing_name_needs_force(repo, capsys):
     assert (repo / "params.yaml").read_bytes() == once
     assert _add(repo, "mymap", m, "--adapter", "segmentation", "--force") == 0
     text = (repo / "params.yaml").read_text()
-    assert text.count("mymap:") == 1 and "adapter: segmentation" in text
+    assert text.count("mymap:") == 1 and "adapter: segmentation" in text and "adapter: db_text" not in text
+    assert text.replace("adapter: segmentation", "adapter: db_text") == once.decode()  # replaced in place, nothing else moved
+
+
+def test_a_params_file_without_models_gets_the_section(tmp_path, capsys):
+    onnx.save(concat_head_model(16), tmp_path / "det.onnx")
+    (tmp_path / "params.yaml").write_text("quantize: {method: minmax}  # kept")
+    assert _add(tmp_path, "det", str(tmp_path / "det.onnx"), "--yes") == 0
+    text = (tmp_path / "params.yaml").read_text()
+    assert text.startswith("quantize: {method: minmax}  # kept\n\nmodels:\n  det:\n    source: file\n    file: det.onnx\n")
+    assert "options: {layout: rows, objectness: false}" in text
 
 
 @pytest.mark.parametrize("content, message", [
@@ -176,3 +203,13 @@ def test_model_source_is_checked(tmp_path):
     p.write_text("models:\n  a: {source: url, file: a.onnx, task: {adapter: classifier}}\n")
     with pytest.raises(ConfigError, match=r"models\.a\.source: 'url' is not one of demo, file"):
         config_from_params(TaskConfig, p, "task", model="a")
+
+
+def test_a_flow_style_models_section_is_rewritten_round_trip(tmp_path, capsys):
+    """``models: {}`` cannot take a block entry as text: the file is re-dumped by ruamel, comments kept."""
+    onnx.save(concat_head_model(16), tmp_path / "det.onnx")
+    (tmp_path / "params.yaml").write_text("# head comment\nmodels: {}   # none yet\nquantize:\n  method: minmax  # kept\n")
+    assert _add(tmp_path, "det", str(tmp_path / "det.onnx"), "--yes") == 0
+    text = (tmp_path / "params.yaml").read_text()
+    assert "# head comment" in text and "# kept" in text
+    assert config_from_params(TaskConfig, tmp_path / "params.yaml", "task", model="det").options == {"layout": "rows", "objectness": False}
