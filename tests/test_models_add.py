@@ -213,3 +213,23 @@ def test_a_flow_style_models_section_is_rewritten_round_trip(tmp_path, capsys):
     text = (tmp_path / "params.yaml").read_text()
     assert "# head comment" in text and "# kept" in text
     assert config_from_params(TaskConfig, tmp_path / "params.yaml", "task", model="det").options == {"layout": "rows", "objectness": False}
+
+
+@pytest.mark.parametrize("answer, code", [("y", 0), ("n", 2)])
+def test_on_a_terminal_the_guess_is_asked(repo, capsys, monkeypatch, answer, code):
+    import io
+    import sys
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(sys, "stdin", Tty(answer + "\n"))
+    before = (repo / "params.yaml").read_bytes()
+    assert _add(repo, "mymap", str(repo / "models" / "map.onnx")) == code
+    out, err = capsys.readouterr()
+    assert "use db_text for mymap? [y/N]" in out
+    if code:
+        assert "not confirmed; pass --adapter NAME" in err and (repo / "params.yaml").read_bytes() == before
+    else:
+        assert config_from_params(TaskConfig, repo / "params.yaml", "task", model="mymap").adapter == "db_text"
