@@ -13,9 +13,10 @@ asymmetric activations, weight symmetry by weight type (signed -> symmetric), no
 ``activation_type``: uint8 (U8S8, what ORT's docs recommend for x86 CPUs and what the issue's measurements
 used), where the entry point's signature says int8; and ``per_channel``: true for static quantization (per-output-
 channel weight scales for Conv/ConvTranspose/Gemm/MatMul), where the signature says false. Per-channel weights
-are what ORT's quantization docs and the quantization whitepaper (Krishnamoorthi 2018, arXiv:1806.08342, sec. 3.1
-and table 2) recommend for CNNs: per-tensor weights put every channel on the widest channel's grid, and with them
-a detector here bound at box F1 0.000 against FP32, 0.673 per-channel (issue #30). Dynamic quantization keeps
+are what the quantization whitepaper recommends for CNNs (Krishnamoorthi 2018, arXiv:1806.08342: per-channel
+weights and per-layer activations at 8 bits keep classification within 2 % of float): per-tensor weights put every
+channel on the widest channel's grid, and with them a detector here bound at box F1 0.000 against FP32, 0.673
+per-channel (issue #30). Dynamic quantization keeps
 false: its ConvInteger is per-tensor only. Every entry point (``quantkit quantize``, ``quantize_``, fallback,
 the fleet) builds :class:`StaticQuantConfig`, so this is the one default. Histogram defaults (``num_bins``, ``percentile`` ...) are
 those of ``onnxruntime.quantization.calibrate.create_calibrator`` and are left unset (``None``) here so
@@ -104,8 +105,8 @@ class StaticQuantConfig(_Common):
     Fields (ORT name in brackets, see :mod:`quantkit.quantize.adapter`):
         method: calibrator (``calibrate_method``): minmax | entropy | percentile | distribution.
         format: qdq (QuantizeLinear/DequantizeLinear pairs) | qoperator (QLinear* ops) (``quant_format``).
-        per_channel: per-output-channel weight scales (``per_channel``), default true, as ORT's docs and the
-            quantization whitepaper advise for CNNs (per-tensor weights put every channel on the widest channel's grid);
+        per_channel: per-output-channel weight scales (``per_channel``), default true, as the quantization
+            whitepaper (arXiv:1806.08342) advises for CNNs (per-tensor weights put every channel on the widest channel's grid);
             QDQ needs opset >= 13 (``quantkit intake`` upgrades it).
         activation_type / weight_type: integer types (``activation_type`` / ``weight_type``);
             16- and 4-bit only with ``format: qdq`` (ORT raises otherwise).
