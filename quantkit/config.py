@@ -358,8 +358,8 @@ def _check_keys(path: Path, data: Any) -> None:
     """Refuse a misspelt section: a top-level key (or a key of ``models.<name>``) that is not a known section but
     reads like one (difflib ratio >= 0.75, e.g. ``reprot``, ``quantise``). A known name plus ``_suffix``
     (``quantize_night``, ``export_kw``) is a named variant a command reads with ``--section``; other unknown
-    top-level keys may belong to the user's own DVC stages: both are logged at debug level, not refused. Under ``models.<name>`` every key must be ``source``,
-    ``file`` or a section name.
+    top-level keys may belong to the user's own DVC stages: both are logged at debug level, not refused. Under ``models.<name>`` every key must be ``source``
+    (``demo`` or ``file``), ``file`` or a section name.
 
     Raises:
         ConfigError: naming the key and the section it resembles.
@@ -387,6 +387,9 @@ def _check_keys(path: Path, data: Any) -> None:
                     near = difflib.get_close_matches(str(key), sorted(allowed), n=1, cutoff=0.6)
                     hint = f"did you mean {near[0]!r}?" if near else "a model takes 'source', 'file' and per-model sections (intake, task, ...)"
                     raise ConfigError(f"{path}: models.{name}: unknown key {key!r}; {hint}")
+            source = entry.get("source", "file") if isinstance(entry, dict) else "file"
+            if source not in MODEL_SOURCES:
+                raise ConfigError(f"{path}: models.{name}.source: {source!r} is not one of {', '.join(MODEL_SOURCES)}")
 
 
 MODEL_SOURCES = ("demo", "file")

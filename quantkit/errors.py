@@ -65,3 +65,8 @@ class AgreementError(QuantkitError):
 class MissingExtraError(QuantkitError):
     """A package of an optional extra (``quantkit[fleet]``, ``quantkit[demo]``, ...) is not installed; the
     message names the package and the ``pip install`` that adds it."""
+
+
+class ThresholdRangeError(ConfigError):
+    """A threshold lies outside the float range its quantized output tensor can represent, so its integer form
+    could never fire (or always fires)."""

@@ -63,7 +63,14 @@ def test_bind_refuses_a_detector_whose_scores_collapsed(work: Path, capsys: pyte
                  "--out", str(out)])
     err = capsys.readouterr().err.strip()
     assert code == 6 and len(err.splitlines()) == 1 and not out.exists()
-    assert "box F1 vs FP32" in err and "below thresholds.min_agreement 0.5" in err and "split the concatenation" in err
+    assert "box F1 vs FP32" in err and "below thresholds.min_agreement 0.5" in err
+    # the likely causes in order, each with the params key that fixes it: per-channel (off in this record) first
+    hint = err.split("likely causes, most likely first: ", 1)[1]
+    assert hint.startswith("(1) per-channel weights are off in the record (per_channel: false): set quantize.per_channel: true; ")
+    assert "(2) output 'det'" in hint and "span fewer than 16 quantization steps" in hint
+    assert "(3) uint8 activations: set quantize.activation_type: uint16" in hint
+    assert "(4) calibrated on 'calib' (6 images)" in hint and "calibrations.<role>.calibration_set" in hint
+    assert hint.index("(1)") < hint.index("(2)") < hint.index("(3)") < hint.index("(4)")
 
 
 def test_bound_anyway_the_report_shows_it_red(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -76,7 +83,14 @@ def test_bound_anyway_the_report_shows_it_red(work: Path, capsys: pytest.Capture
     (m / "quantize" / "deployed").symlink_to(work / "q")
     assert main(["evaluate", str(work / "site"), "--fp32", str(work / "intake"), "--deployed", str(work / "q"),
                  "--deployed-thresholds", str(m / "thresholds" / "deployed.json"), "--params", str(params), "--out", str(m / "eval" / "site")]) == 0
-    capsys.readouterr()
+    out = capsys.readouterr().out
+    assert "likely causes" not in out  # min_agreement 0.0: nothing is low
+    assert main(["evaluate", str(work / "site"), "--fp32", str(work / "intake"), "--deployed", str(work / "q"),
+                 "--deployed-thresholds", str(m / "thresholds" / "deployed.json"), "--params", str(work / "params.yaml"),
+                 "--out", str(work / "eval-strict")]) == 0
+    hint = [ln for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith("deployed: box_f1")]
+    assert len(hint) == 1 and "is below thresholds.min_agreement 0.5; likely causes, most likely first: (1) per-channel" in hint[0]
+    assert "(2) output 'det'" in hint[0] and "(4) calibrated on 'calib' (6 images)" in hint[0]
     assert main(["report", "--model", str(m), "--out", str(work / "reports")]) == 0
     text = capsys.readouterr().out
     assert "deployed red box_f1" in text and "Needs review" in text

@@ -22,7 +22,8 @@ def test_static_defaults_equal_ort_quantize_static_defaults():
     kw = adapter.static_kwargs(StaticQuantConfig(), ["Conv"], [])
     assert ort["calibrate_method"].default == kw["calibrate_method"] == CalibrationMethod.MinMax
     assert ort["quant_format"].default == kw["quant_format"] == QuantFormat.QDQ
-    assert ort["per_channel"].default is kw["per_channel"] is False
+    # per-channel weights by default (ORT's advice for CNNs), where the entry point's signature says per-tensor
+    assert ort["per_channel"].default is False and kw["per_channel"] is True
     assert ort["reduce_range"].default is kw["reduce_range"] is False
     assert kw["weight_type"] == QuantType.QInt8 == ort["weight_type"].default
     # quantkit's activation default is uint8, the type ORT's docs recommend for x86 CPUs (the entry point's default is int8)
@@ -176,3 +177,19 @@ def test_degenerate_histogram_settings_are_refused(fields, match):
     TensorsData rejects; entropy num_bins < 128: negative dimensions) or gave a range narrower than at 99.999 (100)."""
     with pytest.raises(UnsupportedOptionError, match=match):
         StaticQuantConfig.from_dict(fields)
+
+
+def test_per_channel_default_is_one_default_for_every_static_entry_point(tmp_path):
+    """Python construction, a params file without the key and the params reference all say per-channel; dynamic
+    keeps ORT's per-tensor default (its ConvInteger has no per-channel form)."""
+    from quantkit.config import config_from_params
+    from quantkit.params import reference
+
+    assert StaticQuantConfig().per_channel is True
+    assert StaticQuantConfig.from_dict({}).per_channel is True
+    p = tmp_path / "params.yaml"
+    p.write_text("quantize:\n  method: minmax\n")
+    assert config_from_params(StaticQuantConfig, p, "quantize").per_channel is True
+    assert DynamicQuantConfig().per_channel is False
+    keys = {k.key: k for s in reference("quantize") for k in s.keys if s.section == "quantize"}
+    assert keys["per_channel"].default == "true"

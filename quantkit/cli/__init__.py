@@ -10,6 +10,7 @@ COMMAND_MODULES = (
     "export",
     "inspect",
     "intake",
+    "models",
     "support",
     "calibset",
     "quantize",

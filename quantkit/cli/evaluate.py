@@ -37,13 +37,17 @@ def run(args: argparse.Namespace) -> int:
     from ..evaluate import evaluate
     from ..tasks import TaskConfig
 
+    from ..thresholds import ThresholdsConfig
+    from ..thresholds.causes import causes_hint
+
     task = config_from_params(TaskConfig, args.params, "task", model=args.model).make()
+    floor = config_from_params(ThresholdsConfig, args.params, "thresholds", model=args.model).min_agreement
     quantized = {"deployed": (args.deployed, args.deployed_thresholds)}
     if (args.candidate is None) != (args.candidate_thresholds is None):
         raise ConfigError("--candidate and --candidate-thresholds go together; pass both or neither")
     if args.candidate is not None:
         quantized["candidate"] = (args.candidate, args.candidate_thresholds)
-    result = evaluate(args.site_set, args.fp32, quantized, task, args.out)
+    result = evaluate(args.site_set, args.fp32, quantized, task, args.out, min_agreement=floor)
     s = result.summary
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict(), indent=2, sort_keys=True) + "\n")
@@ -55,5 +59,8 @@ def run(args: argparse.Namespace) -> int:
         vals = [m.agreement.get(x.name, m.accuracy.get(x.name)) for x in shown]
         lines.append(f"  {v:<30} {m.detections_per_image:>14.2f} {m.alarm_rate:>6.2f} "
                      + " ".join(f"{x:>12.3f}" if x is not None else f"{'-':>12}" for x in vals))
+    for role, causes in result.low_agreement.items():
+        value = s.variants[role].agreement[s.primary_metric]
+        lines.append(f"  {role}: {s.primary_metric} {value:.3f} is below thresholds.min_agreement {floor:g}; {causes_hint(causes)}")
     sys.stdout.write("\n".join(lines) + "\n")
     return 0

@@ -35,7 +35,9 @@ from ..errors import ConfigError, InputFileError
 from ..note import ExportNote
 from ..progress import progress
 from ..tasks import TaskAdapter
+from ..artifacts.record import CalibrationRecord
 from ..thresholds.binding import QUANT_MODEL
+from ..thresholds.causes import LikelyCause, causes_hint, likely_causes
 
 log = logging.getLogger(__name__)
 
@@ -45,13 +47,17 @@ FP32_SUFFIX = "@fp32-thresholds"
 
 @dataclasses.dataclass(frozen=True, repr=False)
 class EvalResult:
-    """What :func:`evaluate` wrote: the folder and the summary."""
+    """What :func:`evaluate` wrote: the folder and the summary; ``low_agreement``: for each role whose primary
+    agreement with FP32 at its own thresholds is below ``min_agreement``, the likely causes, most likely first
+    (:func:`quantkit.thresholds.causes.likely_causes`; not written to the folder, the record is their source)."""
 
     path: Path
     summary: EvalSummary
+    low_agreement: dict[str, tuple[LikelyCause, ...]] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": str(self.path), **self.summary.to_dict()}
+        return {"path": str(self.path), **self.summary.to_dict(),
+                "low_agreement": {r: [c.to_dict() for c in cs] for r, cs in sorted(self.low_agreement.items())}}
 
     def __repr__(self) -> str:
         return f"EvalResult({self.path}, {self.summary!r})"
@@ -122,7 +128,7 @@ def rows_csv(rows: list[dict[str, Any]], primary: str) -> str:
 
 def evaluate(site_dir: str | os.PathLike[str], fp32_dir: str | os.PathLike[str],
              quantized: Mapping[str, tuple[str | os.PathLike[str], str | os.PathLike[str]]],
-             task: TaskAdapter, out: str | os.PathLike[str]) -> EvalResult:
+             task: TaskAdapter, out: str | os.PathLike[str], *, min_agreement: float = 0.5) -> EvalResult:
     """Evaluate FP32 and quantized models on a site set and write the evaluation folder ``out``.
 
     Args:
@@ -131,6 +137,9 @@ def evaluate(site_dir: str | os.PathLike[str], fp32_dir: str | os.PathLike[str],
         quantized: role (``deployed``, ``candidate``) -> (quantized folder, threshold set JSON).
         task: the task adapter at the FP32 thresholds (``params.yaml: task``).
         out: output folder, replaced whole on success, untouched on failure.
+        min_agreement: a role whose primary agreement with FP32 (at its own thresholds, over the set) is below this
+            gets its likely causes in ``EvalResult.low_agreement`` and a warning (``thresholds.min_agreement``,
+            the floor bind refuses under).
 
     Raises:
         BindingMismatchError: a threshold set does not belong to its quantized folder's record/model.
@@ -209,4 +218,18 @@ def evaluate(site_dir: str | os.PathLike[str], fp32_dir: str | os.PathLike[str],
                                                     "counts": {k: v.tolist() for k, v in hist.items()}, "source": task.SCORES})
         atomic_write_json(tmp / "detections.json", {"coordinates": "source image pixels", "images": detections})
         summary.save(tmp / EvalSummary.FILENAME)
-    return EvalResult(Path(out), summary)
+    return EvalResult(Path(out), summary, _low_agreement(summary, quantized, primary, min_agreement))
+
+
+def _low_agreement(summary: EvalSummary, quantized: Mapping[str, tuple[str | os.PathLike[str], str | os.PathLike[str]]],
+                   primary: Any, floor: float) -> dict[str, tuple[LikelyCause, ...]]:
+    """The likely causes for each role below ``floor`` on the primary agreement metric (logged as warnings)."""
+    out: dict[str, tuple[LikelyCause, ...]] = {}
+    for role, (qdir, _) in quantized.items():
+        value = summary.variants[role].agreement.get(primary.name)
+        if value is None or value >= floor:
+            continue
+        out[role] = likely_causes(CalibrationRecord.load(qdir), summary.site_set)
+        log.warning("%s: %s %.3f vs FP32 on %s is below thresholds.min_agreement %g; %s", role, primary.label, value,
+                    summary.site_set.name, floor, causes_hint(out[role]))
+    return out

@@ -17,6 +17,7 @@ from ..modelio import check_one_image_batch, load_model
 from ..note import ExportNote
 from ..tasks import TaskAdapter
 from .binding import QUANT_MODEL, append_history, integer_domain_for, read_history
+from .causes import causes_hint, likely_causes
 from .config import ThresholdsConfig
 from .passes import run_pass
 from .search import derive_operating_point
@@ -45,7 +46,10 @@ def _previous_values(history: str | os.PathLike[str] | None, record: Calibration
     return prev.get("values") if prev and prev.get("adapter") == task.name else None
 
 
-def _refuse_disagreement(ts: ThresholdSet, task: TaskAdapter, config: ThresholdsConfig, qdir: Path) -> None:
+def _refuse_disagreement(ts: ThresholdSet, task: TaskAdapter, config: ThresholdsConfig, qdir: Path, record: CalibrationRecord,
+                         reference: SetRef) -> None:
+    """Raise :class:`AgreementError` when the primary agreement is below ``config.min_agreement``, with the likely
+    causes in order (:func:`.causes.likely_causes`)."""
     op = ts.operating_point
     est = op.primary() if op else None
     if est is None or est.value >= config.min_agreement:
@@ -53,9 +57,8 @@ def _refuse_disagreement(ts: ThresholdSet, task: TaskAdapter, config: Thresholds
     metric = task.primary_metric()
     raise AgreementError(
         f"{qdir}: the quantized model's decisions do not agree with FP32's: {metric.label} {est} on {est.n} reference images "
-        f"is below thresholds.min_agreement {config.min_agreement:g}; no thresholds written. Check 'quantkit quantize' for "
-        f"outputs flagged with few quantization levels (e.g. scores concatenated with coordinates: split the concatenation), "
-        f"or keep the sensitive nodes in float with 'quantkit fallback'")
+        f"is below thresholds.min_agreement {config.min_agreement:g}; no thresholds written; "
+        + causes_hint(likely_causes(record, reference)))
 
 
 def bind(quant_dir: str | os.PathLike[str], fp32_dir: str | os.PathLike[str], reference_dir: str | os.PathLike[str],
@@ -71,7 +74,9 @@ def bind(quant_dir: str | os.PathLike[str], fp32_dir: str | os.PathLike[str], re
     Raises:
         BindingMismatchError: ``fp32_dir`` holds another model than the one ``quant_dir`` was quantized from.
         AgreementError: the primary agreement metric at the chosen thresholds is below ``config.min_agreement``
-            (nothing is written).
+            (nothing is written); the message lists the likely causes, most likely first, each with its params fix.
+        ThresholdRangeError: a threshold's integer form lies outside its output tensor's codes (it could never
+            fire, or always fires); the message names the representable float range and the fix.
         InputFileError / ModelError / CalibrationSetError / ConfigError: missing or bad inputs (one line); ``out``
             is an input, lies inside an input folder, or is an existing file that is not a threshold set.
     """
@@ -100,7 +105,7 @@ def bind(quant_dir: str | os.PathLike[str], fp32_dir: str | os.PathLike[str], re
         integer_domain=integer_domain_for(task, d.values, qmodel, record, str(CalibrationRecord.path_in(qdir))),
         binding=Binding.of(record, sha256_file(qmodel)), operating_point=d.operating_point,
     ).sealed()
-    _refuse_disagreement(ts, task, config, qdir)
+    _refuse_disagreement(ts, task, config, qdir, record, ref)
     path = ts.save(out)
     entry = append_history(history, ts) if history else None
     log.info("bound %s -> %s (%s)", qdir, path, ts)

@@ -18,9 +18,10 @@ import numpy as np
 from .._io import atomic_write_bytes
 from ..artifacts.record import CalibrationRecord
 from ..artifacts.thresholds import IntegerThreshold, ThresholdSet
-from ..errors import BindingMismatchError, InputFileError, ModelError
+from ..dtypes import int_type
+from ..errors import BindingMismatchError, InputFileError, ModelError, ThresholdRangeError
 from ..tasks import TaskAdapter
-from .integer_domain import integer_threshold
+from .integer_domain import dequantize_linear, integer_threshold
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,7 @@ def integer_domain_for(task: TaskAdapter, values: Mapping[str, float], model_pat
 
     Raises:
         BindingMismatchError: the record's scale/zero point for that tensor differ from the model's.
+        ThresholdRangeError: a threshold outside the tensor's representable range (:func:`check_representable`).
     """
     out = {}
     for spec in task.THRESHOLDS:
@@ -88,9 +90,37 @@ def integer_domain_for(task: TaskAdapter, values: Mapping[str, float], model_pat
             log.info("%s: output of threshold %s is not QDQ-quantized per tensor; it stays float only", model_path, spec.name)
             continue
         tensor = _record_tensor(qdq, model_path, record, record_path)
-        out[spec.name] = integer_threshold(value, tensor=tensor, scale=qdq["scale"], zero_point=qdq["zero_point"],
-                                           dtype=qdq["dtype"], comparison=spec.comparison, reduction=spec.reduction)  # type: ignore[arg-type]
+        it = integer_threshold(value, tensor=tensor, scale=qdq["scale"], zero_point=qdq["zero_point"],
+                               dtype=qdq["dtype"], comparison=spec.comparison, reduction=spec.reduction)  # type: ignore[arg-type]
+        check_representable(spec.name, values[spec.name], it, model_path)
+        out[spec.name] = it
     return out
+
+
+def check_representable(name: str, value: float, it: IntegerThreshold, model_path: str | os.PathLike[str]) -> None:
+    """Refuse a threshold outside the float range its tensor represents, ``[scale*(qmin-zp), scale*(qmax-zp)]``
+    (the ``DequantizeLinear`` values of the type's end codes, ONNX operator spec): above it, no code passes and
+    the integer decision ``q >= qmax + 1`` never fires; below it, every code passes and it always fires.
+
+    ``name`` / ``value``: the threshold as the task states it (``score_thresh`` 0.4); ``it.float_value`` is the
+    same threshold on the tensor's own scale (a logit where the task applies a sigmoid).
+
+    Raises:
+        ThresholdRangeError: one line naming the threshold, the tensor, its representable range and the fix.
+    """
+    t = int_type(it.dtype)
+    lo, hi = (float(v) for v in dequantize_linear(np.array([t.qmin, t.qmax]), it.scale, it.zero_point))
+    never = it.decision_value > t.qmax
+    if not never and not it.float_value < lo:
+        return
+    on = f" ({it.float_value:.4g} on the tensor's scale)" if not np.isclose(it.float_value, value) else ""
+    what = (f"its integer form q >= {it.decision_value} can never fire" if never
+            else f"its integer form q >= {it.decision_value} fires on every value")
+    widen = f"rmax: {it.float_value:.4g}" if never else f"rmin: {it.float_value:.4g}"
+    raise ThresholdRangeError(
+        f"{model_path}: threshold {name} {value:g}{on} is outside the float range [{lo:.4g}, {hi:.4g}] that tensor {it.tensor!r} "
+        f"({it.dtype}, scale {it.scale:.4g}, zero point {it.zero_point}) represents, so {what}; set task.options.{name} inside "
+        f"that range, or widen the tensor's range with quantize.tensor_overrides.{it.tensor}: {{{widen}}} and re-run quantize")
 
 
 def _record_tensor(qdq: Mapping[str, Any], model_path: str | os.PathLike[str], record: CalibrationRecord | None, record_path: str) -> str:

@@ -1,0 +1,81 @@
+"""``quantkit models add NAME MODEL.onnx --params params.yaml``: declare a model of your own for the main job."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+
+def _number(text: str) -> float:
+    """A float, or a fraction such as ``1/255`` (the usual way a scale is written)."""
+    try:
+        return float(Fraction(text)) if "/" in text else float(text)
+    except (ValueError, ZeroDivisionError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (e.g. 0.0039 or 1/255)") from None
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("models", help="declare your own models in params.yaml (models add)",
+                              description="Manage params.yaml's 'models', the models the main job (dvc repro) runs every stage for.")
+    sub = p.add_subparsers(dest="models_command", metavar="SUBCOMMAND")
+    sub.required = True
+    a = sub.add_parser(
+        "add", help="write models.NAME into params.yaml from the model itself",
+        description="Probe MODEL's input and output shapes at its input size, guess the task adapter from the outputs "
+        "([1,1,H,W] map: db_text; [1,C]: classifier; [1,4+C,K] / [1,K,5+C] with K grid cells: box_detector; [1,T,C]: ctc_text), "
+        "state the guess and ask to confirm it, then write models.NAME {source: file, file, intake: {input_size, preprocessing}, "
+        "task: {adapter, options}} into --params, keeping its comments (atomically). Refuses a file dvc.yaml writes "
+        "(dvc repro would delete it), an existing NAME (unless --force), a missing or non-ONNX file.")
+    a.add_argument("name", metavar="NAME", help="the model's name under params 'models' (it names DVC stages and work/models/NAME)")
+    a.add_argument("model", metavar="MODEL", type=Path, help="the .onnx file (stays yours: a dependency of the pipeline, never an output)")
+    a.add_argument("--params", type=Path, default=Path("params.yaml"), help="params file to write into (default params.yaml; created if absent)")
+    a.add_argument("--adapter", help="task adapter (skips the guess): db_text, segmentation, classifier, box_detector, ctc_text, ...")
+    a.add_argument("--input-size", nargs=2, type=int, metavar=("H", "W"), help="input height and width in pixels (default: the input's static size)")
+    a.add_argument("--color-order", choices=["RGB", "BGR"], help="channel order the model expects (default RGB)")
+    a.add_argument("--scale", type=_number, help="multiplies the 0-255 pixel value first (e.g. 1/255; default 1/255)")
+    a.add_argument("--mean", type=_number, nargs="+", help="subtracted after scaling: one value or one per channel (default 0.5)")
+    a.add_argument("--std", type=_number, nargs="+", help="divides after the mean: one value or one per channel (default 0.5)")
+    a.add_argument("--resize-policy", choices=["stretch", "letterbox", "none"], help="how images reach the input size (default letterbox)")
+    a.add_argument("--pad-value", type=int, help="0-255 grey level of letterbox padding (default 0)")
+    a.add_argument("--yes", action="store_true", help="accept the guessed adapter without asking")
+    a.add_argument("--force", action="store_true", help="replace an existing models.NAME")
+    a.set_defaults(func=run_add)
+
+
+def run_add(args: argparse.Namespace) -> int:
+    from ..errors import ConfigError
+    from ..intake.declare import plan_model_entry
+    from ..paramsfile import model_names, set_model_entry
+    from ..pipeline import written_by
+
+    if args.name in model_names(args.params) and not args.force:
+        raise ConfigError(f"{args.params}: models.{args.name} already exists; pick another name, or pass --force to replace it")
+    owner = written_by(args.model, args.params.resolve().parent)
+    if owner is not None:
+        out, stage = owner
+        raise ConfigError(f"{args.model}: is written by the DVC stage {stage} ({out.relative_to(args.params.resolve().parent)} in dvc.yaml), "
+                          "so 'dvc repro' would delete it; copy your model elsewhere (e.g. models/<name>.onnx) and add that file")
+    pre = {k: getattr(args, k) for k in ("color_order", "scale", "mean", "std", "resize_policy", "pad_value") if getattr(args, k) is not None}
+    plan = plan_model_entry(args.name, args.model, args.params, adapter=args.adapter,
+                            input_size=tuple(args.input_size) if args.input_size else None, preprocessing=pre)
+    io = plan.io
+    outs = ", ".join(f"{n} {list(s)}" for n, s in io.outputs.items())
+    print(f"model    {args.model}: input {io.input_name!r} {list(io.input_shape)} ({io.layout}); outputs {outs} ({io.shapes_from})")
+    opts = f" {plan.entry['task']['options']}" if plan.entry["task"]["options"] else ""
+    print(f"adapter  {plan.adapter}{opts}: {plan.reason}")
+    if plan.guessed and not args.yes:
+        if not sys.stdin.isatty():
+            raise ConfigError(f"the task adapter is a guess ({plan.adapter}); confirm it with --yes, or pass --adapter {plan.adapter} "
+                              "(or the right one); params left unchanged")
+        answer = input(f"use {plan.adapter} for {args.name}? [y/N] ").strip().lower()
+        if answer not in ("y", "yes"):
+            raise ConfigError(f"not confirmed; pass --adapter NAME with the right adapter; {args.params} left unchanged")
+    if plan.defaulted:
+        print(f"defaults {', '.join(plan.defaulted)} written with quantkit's defaults: check them against how your package "
+              f"preprocesses (models.{args.name}.intake.preprocessing)")
+    set_model_entry(args.params, args.name, plan.entry, force=args.force)
+    print(f"wrote    {args.params}: models.{args.name} (source: file, file: {plan.entry['file']}); next: dvc repro")
+    return 0

@@ -1,0 +1,171 @@
+"""Edits to a DVC ``params.yaml`` that keep the user's file as it is: comments, key order, flow lists, quoting.
+
+Read and written round-trip with ruamel.yaml (the YAML library DVC itself reads params with), written atomically
+(a temporary file renamed over the original), and checked with the same key check every command applies
+(:func:`quantkit.config._check_keys`) before anything is written.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ._io import atomic_write_text
+from .errors import ConfigError, InputFileError
+
+
+def _yaml() -> Any:
+    from ruamel.yaml import YAML
+
+    y = YAML(typ="rt")
+    y.preserve_quotes = True
+    y.width = 4096  # never re-wrap the user's long lines
+    y.indent(mapping=2, sequence=4, offset=2)
+    return y
+
+
+def _node(value: Any) -> Any:
+    """``value`` as ruamel round-trip nodes: lists and mappings of at most 4 scalars in flow style (``[640, 640]``,
+    ``{layout: rows}``), other mappings in block style."""
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+    if isinstance(value, Mapping):
+        m = CommentedMap()
+        for k, v in value.items():
+            m[k] = _node(v)
+        if len(value) <= 4 and not any(isinstance(v, (Mapping, list, tuple)) for v in value.values()):
+            m.fa.set_flow_style()  # a few scalars (task options) on one line, as the demo's params write them
+        return m
+    if isinstance(value, (list, tuple)):
+        s = CommentedSeq(_node(v) for v in value)
+        s.fa.set_flow_style()
+        return s
+    return value
+
+
+def model_names(params_path: str | os.PathLike[str]) -> tuple[str, ...]:
+    """Names under ``models`` in the params file (empty when the file or the section is absent).
+
+    Raises:
+        InputFileError: the file is not YAML.
+    """
+    data = _load(Path(params_path))[1]
+    models = data.get("models") if isinstance(data, Mapping) else None
+    return tuple(str(k) for k in models) if isinstance(models, Mapping) else ()
+
+
+def _load(p: Path) -> tuple[Any, Any]:
+    y = _yaml()
+    if not p.exists():
+        return y, None
+    try:
+        return y, y.load(p.read_text(encoding="utf-8"))
+    except Exception as e:  # noqa: BLE001  (ruamel's parser and scanner errors share no public base)
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise InputFileError(f"{p}: not valid YAML ({first}); fix the syntax") from None
+
+
+def set_model_entry(params_path: str | os.PathLike[str], name: str, entry: Mapping[str, Any], *, force: bool = False) -> Path:
+    """Write ``models.<name>: entry`` into the params file, creating the file or the ``models`` section if absent.
+
+    The entry is inserted as text at the end of the ``models`` block (or replaces the old entry's lines with
+    ``force``), so every other byte of the file stays as the user wrote it: comments, aligned columns, wrapped flow
+    mappings (a full ruamel re-dump would re-flow those). The result is parsed back and must equal the old content
+    plus the entry; where the text edit cannot guarantee that (e.g. ``models`` written in flow style), the file is
+    re-dumped with ruamel's round-trip instead, which keeps comments but not alignment.
+
+    Raises:
+        ConfigError: ``models.<name>`` exists and ``force`` is False; ``models`` is not a mapping; the result
+            fails the params key check (naming the key).
+        InputFileError: the file is not YAML.
+    """
+    from ruamel.yaml.comments import CommentedMap
+
+    from .config import _check_keys
+
+    p = Path(params_path)
+    y, data = _load(p)
+    if data is None:
+        data = CommentedMap()
+    if not isinstance(data, CommentedMap):
+        raise ConfigError(f"{p}: the top level is not a mapping; a params file maps section names to their options")
+    models = data.get("models")
+    if models is not None and not isinstance(models, CommentedMap):
+        raise ConfigError(f"{p}: models is not a mapping of model names to entries; fix it first")
+    if models is not None and name in models and not force:
+        raise ConfigError(f"{p}: models.{name} already exists; pick another name, or pass --force to replace it")
+    expected = _plain(data)
+    expected.setdefault("models", {})
+    expected["models"] = {**(expected["models"] or {}), name: _plain(entry)}
+    _check_keys(p, expected)
+    old = p.read_text(encoding="utf-8") if p.exists() else ""
+    text = _inserted(old, name, entry, y)
+    if text is None or _parsed(text) != expected:
+        if models is None:
+            data["models"] = models = CommentedMap()
+        models[name] = _node(entry)
+        buf = io.StringIO()
+        y.dump(data, buf)
+        text = buf.getvalue()
+    atomic_write_text(p, text)
+    return p
+
+
+def _entry_text(name: str, entry: Mapping[str, Any], indent: int, y: Any) -> str:
+    from ruamel.yaml.comments import CommentedMap
+
+    m = CommentedMap()
+    m[name] = _node(entry)
+    buf = io.StringIO()
+    y.dump(m, buf)
+    return "".join(" " * indent + line if line.strip() else line for line in buf.getvalue().splitlines(keepends=True))
+
+
+def _inserted(text: str, name: str, entry: Mapping[str, Any], y: Any) -> str | None:
+    """``text`` with ``name: entry`` as the last entry of its block-style top-level ``models`` mapping (an old entry
+    of that name removed first), or None when ``models`` is not a block mapping this edit understands."""
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    top = [i for i, ln in enumerate(lines) if ln[:1] not in ("", " ", "\t", "#", "\n", "\r") and not ln.startswith("---")]
+    head = next((i for i in top if re.match(r"models\s*:\s*(#.*)?$", lines[i].rstrip("\r\n"))), None)
+    if head is None:
+        if any(re.match(r"models\s*:", lines[i]) for i in top):
+            return None  # models: {...} in flow style
+        sep = "\n" if lines and lines[-1].strip() else ""
+        return "".join(lines) + sep + "models:\n" + _entry_text(name, entry, 2, y)
+    end = next((i for i in top if i > head), len(lines))
+    while end > head + 1 and (not lines[end - 1].strip() or lines[end - 1].lstrip().startswith("#")) \
+            and (not lines[end - 1].strip() or not lines[end - 1].startswith(" ")):
+        end -= 1  # blank lines and column-0 comments before the next section stay with it
+    body = [i for i in range(head + 1, end) if lines[i].strip() and not lines[i].lstrip().startswith("#")]
+    indent = min((len(lines[i]) - len(lines[i].lstrip(" ")) for i in body), default=2)
+    keys = [i for i in body if len(lines[i]) - len(lines[i].lstrip(" ")) == indent]
+    own = next((i for i in keys if re.match(rf"{re.escape(name)}\s*:", lines[i].lstrip(" "))), None)
+    if own is not None:
+        after = next((i for i in keys if i > own), end)
+        while after > own + 1 and (not lines[after - 1].strip() or lines[after - 1].lstrip().startswith("#")):
+            after -= 1  # comments just above the next entry belong to it
+        del lines[own:after]
+        end -= after - own
+    return "".join(lines[:end]) + _entry_text(name, entry, indent, y) + "".join(lines[end:])
+
+
+def _parsed(text: str) -> Any:
+    """``text`` read as the original was (ruamel, YAML 1.2), as plain dicts and lists; None if it does not parse."""
+    try:
+        return _plain(_yaml().load(text) or {})
+    except Exception:  # noqa: BLE001  (ruamel's errors share no public base)
+        return None
+
+
+def _plain(node: Any) -> Any:
+    if isinstance(node, Mapping):
+        return {str(k): _plain(v) for k, v in node.items()}
+    if isinstance(node, (list, tuple)):
+        return [_plain(v) for v in node]
+    return node
