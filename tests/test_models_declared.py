@@ -85,3 +85,12 @@ def test_verify_takes_site_sets_from_params(tmp_path, capsys):
     assert main(["verify", str(tmp_path / "dist"), "--out", str(tmp_path / "v.json"), "--fp32", str(tmp_path),
                  "--site-sets-from", str(p)]) == 2
     assert "site_sets must be a non-empty list" in capsys.readouterr().err
+
+
+def test_models_add_offers_every_resize_policy():
+    import typing
+
+    from quantkit.cli.models import RESIZE_POLICIES
+    from quantkit.note import ResizePolicy
+
+    assert RESIZE_POLICIES == typing.get_args(ResizePolicy)

@@ -9,6 +9,10 @@ from pathlib import Path
 from typing import Any
 
 
+RESIZE_POLICIES = ("stretch", "letterbox", "shortest_side_crop", "fit_height_pad", "none")
+"""``quantkit.note.ResizePolicy``'s values, written here so the CLI starts without numpy (a test keeps them equal)."""
+
+
 def _number(text: str) -> float:
     """A float, or a fraction such as ``1/255`` (the usual way a scale is written)."""
     try:
@@ -38,7 +42,9 @@ def register(subparsers: Any) -> None:
     a.add_argument("--scale", type=_number, help="multiplies the 0-255 pixel value first (e.g. 1/255; default 1/255)")
     a.add_argument("--mean", type=_number, nargs="+", help="subtracted after scaling: one value or one per channel (default 0.5)")
     a.add_argument("--std", type=_number, nargs="+", help="divides after the mean: one value or one per channel (default 0.5)")
-    a.add_argument("--resize-policy", choices=["stretch", "letterbox", "none"], help="how images reach the input size (default letterbox)")
+    a.add_argument("--resize-policy", choices=RESIZE_POLICIES, help="how images reach the input size (default letterbox)")
+    a.add_argument("--resize-short", type=int, help="shortest_side_crop: the short side's size before the centre crop (e.g. 256)")
+    a.add_argument("--pad-input", type=float, help="letterbox / fit_height_pad: pad with this value after normalization (0.0: rapidocr)")
     a.add_argument("--pad-value", type=int, help="0-255 grey level of letterbox padding (default 0)")
     a.add_argument("--yes", action="store_true", help="accept the guessed adapter without asking")
     a.add_argument("--force", action="store_true", help="replace an existing models.NAME")
@@ -58,7 +64,7 @@ def run_add(args: argparse.Namespace) -> int:
         out, stage = owner
         raise ConfigError(f"{args.model}: is written by the DVC stage {stage} ({out.relative_to(args.params.resolve().parent)} in dvc.yaml), "
                           "so 'dvc repro' would delete it; copy your model elsewhere (e.g. models/<name>.onnx) and add that file")
-    pre = {k: getattr(args, k) for k in ("color_order", "scale", "mean", "std", "resize_policy", "pad_value") if getattr(args, k) is not None}
+    pre = {k: getattr(args, k) for k in ("color_order", "scale", "mean", "std", "resize_policy", "resize_short", "pad_value", "pad_input") if getattr(args, k) is not None}
     plan = plan_model_entry(args.name, args.model, args.params, adapter=args.adapter,
                             input_size=tuple(args.input_size) if args.input_size else None, preprocessing=pre)
     io = plan.io

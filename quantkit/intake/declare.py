@@ -27,7 +27,9 @@ from .graph import fix_input_shape, infer_shapes
 from .prepare import IntakeConfig
 
 
-PREPROCESSING_KEYS = ("color_order", "scale", "mean", "std", "resize_policy", "pad_value")
+PREPROCESSING_KEYS = ("color_order", "scale", "mean", "std", "resize_policy", "resize_short", "pad_value", "pad_input")
+OPTIONAL_KEYS = ("resize_short", "pad_input")
+"""Written only when given (their defaults mean "not used": the note leaves them out too)."""
 """Preprocessing keys a user passes (``--color-order`` ...); ``input_name``, ``layout``, ``channels`` and
 ``batch_axis`` are read from the model's input."""
 
@@ -169,8 +171,8 @@ def plan_model_entry(name: str, model_path: str | os.PathLike[str], params_path:
         contract["channels"] = io.channels
     if not io.batch_axis:
         contract["batch_axis"] = False
-    defaulted = tuple(k for k in PREPROCESSING_KEYS if k not in pre)
-    for k in PREPROCESSING_KEYS:
+    defaulted = tuple(k for k in PREPROCESSING_KEYS if k not in pre and k not in OPTIONAL_KEYS)
+    for k in (k for k in PREPROCESSING_KEYS if k in pre or k not in OPTIONAL_KEYS):
         v = pre.get(k, getattr(defaults, k))
         contract[k] = list(v) if isinstance(v, tuple) else v
     entry: dict[str, Any] = {
