@@ -35,6 +35,7 @@ from typing import Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
 from ._io import fingerprint
 from .errors import ConfigError, InputFileError
+from .sections import known_top_level
 
 C = TypeVar("C", bound="Config")
 log = logging.getLogger(__name__)
@@ -365,8 +366,6 @@ def _check_keys(path: Path, data: Any) -> None:
         ConfigError: naming the key and the section it resembles.
     """
     import difflib
-
-    from .params import known_top_level
 
     if not isinstance(data, dict):
         return
