@@ -19,6 +19,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from ._overwrite import OUTPUT_MARKER, check_output_dir, marker_text
+from .errors import InputFileError, OutputBusyError
+
 _CHUNK = 1 << 20
 
 
@@ -63,14 +66,7 @@ def fingerprint(obj: Any) -> str:
     return sha256_bytes(text.encode("utf-8"))
 
 
-OUTPUT_MARKER = ".quantkit-output"
-"""File :func:`atomic_output_dir` puts in every folder it writes, naming the command that wrote it
-(:func:`quantkit._overwrite.marker_text`), so it knows what it may replace (older versions left it empty)."""
-
-
 def _check_parent(dest: Path) -> None:
-    from .errors import InputFileError
-
     for parent in dest.parents:
         if parent.exists():
             if not parent.is_dir():
@@ -84,8 +80,6 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     Raises:
         InputFileError: ``path`` is an existing folder, or one of its parents is a file.
     """
-    from .errors import InputFileError
-
     dest = Path(path)
     if dest.is_dir():
         raise InputFileError(f"{dest}: is a folder; pass a file path for this output")
@@ -119,8 +113,6 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
 
 def read_json(path: str | os.PathLike[str], what: str = "file") -> Any:
     """Read a JSON file, turning a missing or malformed file into a one-line InputFileError."""
-    from .errors import InputFileError
-
     p = Path(path)
     try:
         return json.loads(p.read_text(encoding="utf-8"))
@@ -161,8 +153,6 @@ def output_lock(path: str | os.PathLike[str]) -> Iterator[Path]:
     import socket
     import sys
     import time
-
-    from .errors import OutputBusyError
 
     dest = Path(path).absolute()
     lock_path = dest.with_name(f".{dest.name}{LOCK_SUFFIX}")
@@ -311,9 +301,6 @@ def atomic_output_dir(path: str | os.PathLike[str], *, marker: bool = True, comm
             command's output.
         OutputBusyError: another process is writing ``path``.
     """
-    from ._overwrite import check_output_dir, marker_text
-    from .errors import InputFileError
-
     dest = Path(path).resolve()
     if dest.exists() and not dest.is_dir():
         raise InputFileError(f"{path}: is a file; pass a folder path for this output")

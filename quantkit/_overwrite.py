@@ -6,7 +6,7 @@ Three rules, checked before a command does its (slow) work and again where it wr
    an input (:func:`check_not_input`); nor is it inside another command's output folder
    (:func:`check_not_output_dir`).
 2. A folder output replaces only a missing or empty folder, or one that the *same* command wrote
-   (:func:`check_output_dir`). Every output folder carries :data:`quantkit._io.OUTPUT_MARKER`, whose content
+   (:func:`check_output_dir`). Every output folder carries :data:`OUTPUT_MARKER`, whose content
    names the command that wrote it: ``{"command": "quantize"}`` (:func:`marker_text`). Re-running a command
    into its own output (``dvc repro``, a manual re-run) replaces it; another command's output is refused.
    Markers written before they named their command are empty: the command is then read from the files the
@@ -31,6 +31,10 @@ from typing import Any, Callable, Iterable
 from .errors import InputFileError
 
 PathLike = str | os.PathLike[str]
+
+OUTPUT_MARKER = ".quantkit-output"
+"""File :func:`quantkit._io.atomic_output_dir` puts in every folder it writes, naming the command that wrote it
+(:func:`marker_text`), so it knows what it may replace (older versions left it empty)."""
 
 LEGACY_SIGNATURES: tuple[tuple[tuple[str, ...], frozenset[str]], ...] = (
     (("export.json",), frozenset({"export"})),
@@ -68,6 +72,11 @@ class FileKind:
 
     name: str
     recognize: Callable[[Path], bool]
+
+
+def a_kind(kind: str) -> str:
+    """``kind`` with its article: ``a threshold set``, ``an evaluation summary``."""
+    return f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind}"
 
 
 def check_not_input(out: PathLike, inputs: Iterable[PathLike | None], *, flag: str = "--out") -> None:
@@ -111,8 +120,6 @@ def folder_writer(folder: PathLike) -> frozenset[str] | _Unreadable | None:
     """The commands that may have written output ``folder``, from its marker: one command for a marker that names
     it; for an empty marker (an older quantkit, or a writer that names no command) those :data:`LEGACY_SIGNATURES` infer
     from its files, possibly none; :data:`UNREADABLE` for a marker quantkit did not write; None without a marker."""
-    from ._io import OUTPUT_MARKER
-
     marker = Path(folder) / OUTPUT_MARKER
     if not marker.is_file():
         return None
@@ -216,8 +223,6 @@ def check_replaceable_file(path: PathLike, kind: FileKind, *, flag: str = "--out
     if dest.is_dir():
         raise InputFileError(f"{dest}: is a folder; {flag} takes the path of the {kind.name} file")
     if dest.exists() and not kind.recognize(dest):
-        from .artifacts.kinds import a_kind  # here: quantkit.artifacts itself imports this module
-
         raise InputFileError(f"{dest}: exists and is not {a_kind(kind.name)} quantkit wrote, so it is not replaced; {_fix(flag, 'file')}")
 
 

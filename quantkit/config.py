@@ -35,6 +35,7 @@ from typing import Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
 from ._io import fingerprint
 from .errors import ConfigError, InputFileError
+from .sections import MODEL_SOURCES, known_top_level
 
 C = TypeVar("C", bound="Config")
 log = logging.getLogger(__name__)
@@ -366,8 +367,6 @@ def _check_keys(path: Path, data: Any) -> None:
     """
     import difflib
 
-    from .params import known_top_level
-
     if not isinstance(data, dict):
         return
     known = known_top_level()
@@ -390,45 +389,6 @@ def _check_keys(path: Path, data: Any) -> None:
             source = entry.get("source", "file") if isinstance(entry, dict) else "file"
             if source not in MODEL_SOURCES:
                 raise ConfigError(f"{path}: models.{name}.source: {source!r} is not one of {', '.join(MODEL_SOURCES)}")
-
-
-MODEL_SOURCES = ("demo", "file")
-"""``models.<name>.source``: ``demo`` (the demo_model stage writes ``file`` from a wheel) or ``file`` (the user's own
-file: a dependency of the model's intake, never a stage's output). The default is ``file``."""
-
-
-def model_names(path: str | Path) -> list[str]:
-    """The names under ``models`` of the params file ``path``, in file order (the main job's models).
-
-    Raises:
-        InputFileError: the file is missing or not YAML.
-        ConfigError: ``models`` is missing, empty or not a mapping, or an entry lacks ``file`` or has an unknown ``source``.
-    """
-    p = Path(path)
-    models = load_params(p, "models")
-    if not models:
-        raise ConfigError(f"{p}: 'models' is empty; add a model ('quantkit models add NAME FILE' writes one)")
-    for name, entry in models.items():
-        if not isinstance(entry, dict) or not isinstance(entry.get("file"), str):
-            raise ConfigError(f"{p}: models.{name}.file is missing; give the model's .onnx path (e.g. models/{name}.onnx)")
-        source = entry.get("source", "file")
-        if source not in MODEL_SOURCES:
-            raise ConfigError(f"{p}: models.{name}.source: {source!r} is not one of {', '.join(MODEL_SOURCES)}")
-    return [str(n) for n in models]
-
-
-def site_set_dirs(path: str | Path, root: str | Path = "site_sets") -> list[Path]:
-    """``root/<name>`` for each name of the params file's ``site_sets`` list (the site sets the main job evaluates).
-
-    Raises:
-        InputFileError: the file is missing or not YAML.
-        ConfigError: ``site_sets`` is missing, empty or not a list of names.
-    """
-    p = Path(path)
-    names = _read_params(p).get("site_sets")
-    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
-        raise ConfigError(f"{p}: site_sets must be a non-empty list of site set names (folders under {root}/)")
-    return [Path(root) / n for n in names]
 
 
 def has_section(path: str | Path | None, section: str, *, model: str | None = None) -> bool:

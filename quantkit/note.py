@@ -34,6 +34,7 @@ import numpy as np
 from ._io import atomic_write_json, read_json
 from .config import Config
 from .errors import ConfigError, InputFileError, ModelError
+from .kinds import other_kind, register_kind
 from .resize import Transform, fill_pad, fit_height_pad, letterbox, shortest_side_crop, stretch
 
 METADATA_KEY = "quantkit.export_note"
@@ -320,8 +321,6 @@ class ExportNote(Config):
     def load(cls, path: str | Path) -> "ExportNote":
         """Read a sidecar note. Raises InputFileError / ConfigError naming the file (InputFileError saying what
         the file is when it is another kind of quantkit file, e.g. a calibration record)."""
-        from .artifacts.kinds import other_kind
-
         data = read_json(path, "export note")
         other = other_kind(cls, data) if isinstance(data, dict) else None
         if other is not None:
@@ -352,3 +351,6 @@ class ExportNote(Config):
             if p.key == METADATA_KEY:
                 return cls.from_dict(json.loads(p.value), where=f"{path}:{METADATA_KEY}")
         raise ModelError(f"{path}: no export note in metadata_props; run 'quantkit intake' on it first")
+
+
+register_kind(ExportNote, "export note", "export_note.json", "quantkit intake")

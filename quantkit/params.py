@@ -1,7 +1,8 @@
 """The params reference: every ``params.yaml`` section, key, type, default and description, from the code.
 
 :data:`SECTIONS` is the one registry ``section name -> config class`` (``"module:Class"``, imported only when
-the reference is built, so registering costs nothing). A new section is one line here, or, from a plug-in,
+the reference is built, so registering costs nothing; kept in :mod:`quantkit.sections`, below the config loader that
+checks section names against it). A new section is one line there, or, from a plug-in,
 ``register_section("my_section", "my_pkg.config:MyConfig")``. :func:`reference` walks each class's
 dataclass fields (nested configs become their own subsections) and :func:`render_markdown` writes
 ``docs/params.md`` (``quantkit params --out docs/params.md``; a test fails when the page is stale).
@@ -29,53 +30,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 from ._overwrite import FileKind, text_with
 from .config import Config, _plain
 from .errors import ConfigError
-
-SECTIONS: dict[str, str] = {
-    "demo": "quantkit.demo.synth:DemoConfig",
-    "intake": "quantkit.intake.prepare:IntakeConfig",
-    "quantize": "quantkit.quantize.config:StaticQuantConfig",
-    "quantize.dynamic": "quantkit.quantize.config:DynamicQuantConfig",
-    "quantize_candidate": "quantkit.quantize.config:StaticQuantConfig",
-    "fallback": "quantkit.quantize.fallback.config:FallbackConfig",
-    "task": "quantkit.tasks.config:TaskConfig",
-    "task.options (db_text)": "quantkit.tasks.maps:DBTextAdapter",
-    "task.options (box_detector)": "quantkit.tasks.boxes:BoxDetectorAdapter",
-    "task.options (classifier)": "quantkit.tasks.classify:ClassifierAdapter",
-    "task.options (ctc_text)": "quantkit.tasks.ctc:CTCTextAdapter",
-    "task.options (segmentation)": "quantkit.tasks.segmentation:SegmentationAdapter",
-    "thresholds": "quantkit.thresholds.config:ThresholdsConfig",
-    "drift": "quantkit.drift.config:DriftConfig",
-    "report": "quantkit.report.config:ReportConfig",
-    "measure": "quantkit.report.measure:MeasureConfig",
-    "bundle": "quantkit.bundle.build:BundleConfig",
-    "bundle.verify": "quantkit.bundle.verify:VerifyConfig",
-    "verify": "quantkit.bundle.deployment:DeploymentVerifyConfig",
-    "export": "quantkit.export.config:TorchExportConfig",
-    "fleet": "quantkit.fleet.config:FleetConfig",
-}
-"""``params.yaml`` section (dotted for a nested one) -> ``"module:ConfigClass"`` read from it."""
-
-NOT_CONFIG = {
-    "models": "the main job's models: ``{name: {source: demo|file, file: PATH, intake: {...}, task: {...}}}`` (``source: file``, the "
-              "default: your own file, a dependency no stage writes; ``demo``: written by the demo_model stage); every stage of "
-              "dvc.yaml runs for each; `quantkit <cmd> --model NAME` reads "
-              "``models.NAME.<section>`` first, then the top-level section (``intake`` and ``task`` as above)",
-    "calibrations": "``{role: {calibration_set: DIR, reference_set: DIR}}`` for the deployed role (dvc.yaml, "
-                    "and `quantkit quantize/bind --role ROLE`); the candidate is built by the candidate stages (``candidate``)",
-    "candidate": "read by dvc.yaml only (compose_candidate .. bind_candidate): ``images_per_set`` (of the deployed set and of "
-                 "each pool set), ``pool`` (``{pool: [SET, ...]}``: sets covering the conditions drift flags), ``reference_sets``, "
-                 "and their renderings as `quantkit fallback` / `calibset compose` flags (``reference_args``, ``reference_union``)",
-    "site_sets": "the site set names (folders under ``site_sets/``) evaluated, verified and reported (dvc.yaml, "
-                 "`quantkit verify --site-sets-from`)",
-}
-"""Top-level ``params.yaml`` keys that are not a config section (listed in the reference as they are)."""
-
-
-def known_top_level() -> set[str]:
-    """Every top-level ``params.yaml`` key quantkit reads: the first part of each :data:`SECTIONS` name and
-    :data:`NOT_CONFIG`'s keys."""
-    return {name.split(" ")[0].split(".")[0] for name in SECTIONS} | set(NOT_CONFIG)
-
+from .sections import NOT_CONFIG, SECTIONS, known_top_level  # noqa: F401 - the reference's own names for them
 
 def register_section(name: str, target: str | type[Config]) -> None:
     """Register ``name`` (a ``params.yaml`` section) as read into ``target`` (a class or ``"module:Class"``)."""

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from ._io import atomic_write_text
+from .config import _check_keys, _read_params, load_params
 from .errors import ConfigError, InputFileError
+from .sections import MODEL_SOURCES
 
 
 def _yaml() -> Any:
@@ -85,7 +87,6 @@ def set_model_entry(params_path: str | os.PathLike[str], name: str, entry: Mappi
     """
     from ruamel.yaml.comments import CommentedMap
 
-    from .config import _check_keys
 
     p = Path(params_path)
     y, data = _load(p)
@@ -169,3 +170,37 @@ def _plain(node: Any) -> Any:
     if isinstance(node, (list, tuple)):
         return [_plain(v) for v in node]
     return node
+
+
+def pipeline_models(path: str | Path) -> list[str]:
+    """The names under ``models`` of the params file ``path``, in file order (the main job's models).
+
+    Raises:
+        InputFileError: the file is missing or not YAML.
+        ConfigError: ``models`` is missing, empty or not a mapping, or an entry lacks ``file`` or has an unknown ``source``.
+    """
+    p = Path(path)
+    models = load_params(p, "models")
+    if not models:
+        raise ConfigError(f"{p}: 'models' is empty; add a model ('quantkit models add NAME FILE' writes one)")
+    for name, entry in models.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("file"), str):
+            raise ConfigError(f"{p}: models.{name}.file is missing; give the model's .onnx path (e.g. models/{name}.onnx)")
+        source = entry.get("source", "file")
+        if source not in MODEL_SOURCES:
+            raise ConfigError(f"{p}: models.{name}.source: {source!r} is not one of {', '.join(MODEL_SOURCES)}")
+    return [str(n) for n in models]
+
+
+def site_set_dirs(path: str | Path, root: str | Path = "site_sets") -> list[Path]:
+    """``root/<name>`` for each name of the params file's ``site_sets`` list (the site sets the main job evaluates).
+
+    Raises:
+        InputFileError: the file is missing or not YAML.
+        ConfigError: ``site_sets`` is missing, empty or not a list of names.
+    """
+    p = Path(path)
+    names = _read_params(p).get("site_sets")
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+        raise ConfigError(f"{p}: site_sets must be a non-empty list of site set names (folders under {root}/)")
+    return [Path(root) / n for n in names]

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from quantkit.artifacts import CalibrationRecord, DriftResult, EvalSummary, FallbackResult, ThresholdSet
-from quantkit.artifacts.kinds import describe
 from quantkit.artifacts.verification import DeploymentVerification
 from quantkit.errors import InputFileError
+from quantkit.kinds import describe
 from quantkit.note import ExportNote
 
 

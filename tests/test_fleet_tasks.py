@@ -36,13 +36,14 @@ def test_rows_hold_the_adapters_own_box_agreement(boxes):
     from quantkit.artifacts import ThresholdSet
     from quantkit.note import ExportNote
     from quantkit.runner import OrtRunner
+    from quantkit.tasks import make_adapter
 
     store = ScoreStore(boxes["scores"])
     assert store.primary["task"] == "box_detector" and store.primary["name"] == "box_f1"
     rows = _rows(boxes["scores"])
     assert len(rows) == 16 and rows["scored"].all() and rows["n_det_fp32"].sum() > 0
     ts = ThresholdSet.load(boxes["thresholds"])
-    fp32, int8 = ts.make_adapter(fp32=True), ts.make_adapter()
+    fp32, int8 = make_adapter(ts.adapter, ts.adapter_options(fp32=True)), make_adapter(ts.adapter, ts.adapter_options())
     metric = int8.primary_metric()
     pre = ExportNote.load(boxes["intake"] / "export_note.json").preprocessing
     with OrtRunner(boxes["intake"] / "model.onnx") as rf, OrtRunner(boxes["quantized"] / "model_int8.onnx") as rq:

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from quantkit.cli.main import main
-from quantkit.config import model_names, site_set_dirs
+from quantkit.paramsfile import pipeline_models, site_set_dirs
 from quantkit.demo.synth import DemoConfig
 from quantkit.errors import ConfigError
 
@@ -24,7 +24,7 @@ def _params(tmp_path: Path, data: dict) -> Path:
 
 def test_model_names_in_file_order_and_source_defaults_to_file(tmp_path):
     p = _params(tmp_path, {"models": {"zeta": {"file": "models/z.onnx"}, "alpha": {"source": "demo", "file": "models/demo/ppocr_det.onnx"}}})
-    assert model_names(p) == ["zeta", "alpha"]
+    assert pipeline_models(p) == ["zeta", "alpha"]
 
 
 @pytest.mark.parametrize("entry, match", [
@@ -33,12 +33,12 @@ def test_model_names_in_file_order_and_source_defaults_to_file(tmp_path):
 ])
 def test_a_malformed_model_entry_is_named(tmp_path, entry, match):
     with pytest.raises(ConfigError, match=match):
-        model_names(_params(tmp_path, {"models": {"m": entry}}))
+        pipeline_models(_params(tmp_path, {"models": {"m": entry}}))
 
 
 def test_empty_models_says_how_to_add_one(tmp_path):
     with pytest.raises(ConfigError, match="quantkit models add"):
-        model_names(_params(tmp_path, {"models": {}}))
+        pipeline_models(_params(tmp_path, {"models": {}}))
 
 
 def test_site_set_dirs_follow_params(tmp_path):

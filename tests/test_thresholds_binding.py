@@ -11,6 +11,7 @@ import pytest
 from quantkit.errors import BindingMismatchError, InputFileError
 from quantkit.note import Transform
 from quantkit.artifacts import CalibrationRecord, SetRef
+from quantkit.tasks import make_adapter
 from quantkit.tasks.boxes import BoxDetectorAdapter
 from quantkit.tasks.classify import ClassifierAdapter
 from quantkit.thresholds import (Binding, ModelPass, OperatingPointConfig, ThresholdSet, append_history, derive_operating_point,
@@ -40,7 +41,7 @@ def test_round_trip_is_byte_identical_and_tampering_is_detected(tmp_path):
     p = _ts().save(tmp_path / "t.json")
     again = ThresholdSet.load(p)
     assert again == _ts() and again.to_json() == p.read_text()
-    assert again.make_adapter().thresh == 0.3
+    assert make_adapter(again.adapter, again.adapter_options()).thresh == 0.3
     data = json.loads(p.read_text())
     data["values"]["thresh"] = 0.2
     p.write_text(json.dumps(data))

@@ -23,7 +23,7 @@ from .._io import atomic_write_json, canonical_json, fingerprint, read_json
 from .._overwrite import FileKind, check_replaceable_file, read_json_object
 from ..config import Config
 from ..errors import ConfigError, InputFileError
-from .kinds import a_kind, only_fields, other_kind
+from ..kinds import a_kind, only_fields, other_kind, register_kind
 
 A = TypeVar("A", bound="Artifact")
 
@@ -38,6 +38,12 @@ class Artifact(Config):
     PRODUCER: ClassVar[str] = ""
     #: Names of fields left out of the fingerprint besides ``fingerprint`` itself.
     UNSEALED: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Register each artifact class with :mod:`quantkit.kinds`, so any loader handed its file can name it."""
+        super().__init_subclass__(**kwargs)
+        if cls.KIND != Artifact.KIND:
+            register_kind(cls, cls.KIND, cls.FILENAME, cls.PRODUCER)
 
     # -- migration and checks -----------------------------------------------------------------------
     @classmethod
@@ -88,7 +94,7 @@ class Artifact(Config):
 
         Raises:
             InputFileError: missing, not JSON, another kind of quantkit file (the message says which, e.g. a
-                threshold set given to ``CalibrationRecord.load``: :mod:`.kinds`), an unsupported schema version,
+                threshold set given to ``CalibrationRecord.load``: :mod:`quantkit.kinds`), an unsupported schema version,
                 a bad field (the message names the file and the field), or a failed :meth:`check`.
         """
         p = cls.path_in(path)

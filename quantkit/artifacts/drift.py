@@ -39,6 +39,23 @@ SHARE_STATISTICS = ("clip_dark", "clip_bright")
 SIZE_STATISTICS = ("width", "height")
 """Statistics reported but never enough on their own to call a set changed: the model input is resized anyway."""
 
+RESOLUTION: dict[str, float] = {
+    "width": 1.0, "height": 1.0,                       # one pixel
+    "brightness_mean": 1.0, "brightness_p5": 1.0,      # one 8-bit luma level
+    "brightness_p50": 1.0, "brightness_p95": 1.0,
+    "contrast_rms": 1.0 / 255, "saturation_mean": 1.0 / 255,  # one 8-bit level on a 0..1 scale
+    "cast_rg": 1.0 / 128, "cast_bg": 1.0 / 128,        # one 8-bit level of a channel at mid-grey (128)
+    "sharpness_lapvar": 1.0,                           # luma^2 units: one level squared
+    "noise_sigma": 0.05,                               # luma levels
+    "clip_dark": 0.01, "clip_bright": 0.01,            # 1% of the pixels
+}
+"""Smallest difference that counts, per statistic, in the statistic's own units (:mod:`quantkit.calibset.stats`).
+
+It is the floor of the calibration spread that normalizes W1 (so a statistic that is constant on the calibration
+set, e.g. no crushed-black pixels on any image, still gives a finite effect) and the half-width of the middle bin
+when the calibration range is narrower than it (:func:`quantkit.metrics.quantile_edges`), so values closer than
+this are the same value. A statistic not listed gets no floor beyond ``spread_floor``."""
+
 
 @dataclasses.dataclass(frozen=True)
 class StatisticEffect(Config):
@@ -63,7 +80,7 @@ class StatisticChange(Config):
     ``separation`` is the Jensen-Shannon distance (base 2, 0..1) between the calibration and site values on
     the calibration quantile bins: bounded and unitless, so it ranks statistics of different units.
     ``outside_fraction`` is the fraction (0..1) of site images outside the calibration range widened by the
-    statistic's resolution (:data:`quantkit.drift.config.RESOLUTION`); ``median_outside`` whether the site
+    statistic's resolution (:data:`RESOLUTION`); ``median_outside`` whether the site
     median is (then the statistic moved, whatever the thresholds; ``DriftConfig.range_check``).
     """
 
@@ -86,9 +103,7 @@ class StatisticChange(Config):
     @property
     def resolution(self) -> float:
         """The smallest difference that counts for this statistic, in its own units
-        (:data:`quantkit.drift.config.RESOLUTION`; 0 for a statistic not listed there)."""
-        from ..drift.config import RESOLUTION  # here, not at the top: quantkit.drift imports this module
-
+        (:data:`RESOLUTION`; 0 for a statistic not listed there)."""
         return RESOLUTION.get(self.name, 0.0)
 
     @property

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._io import fingerprint
+from .._io import fingerprint, sha256_file
 from ..config import Config
 from ..dtypes import int_type
 from ..errors import BindingMismatchError, InputFileError
@@ -124,8 +124,6 @@ class CalibrationRecord(Artifact):
         Raises:
             BindingMismatchError: another file (one line naming both digests and the fix, ``flag`` the option to pass).
         """
-        from .._io import sha256_file
-
         if (digest := digest or sha256_file(model_path)) != self.model_digest:
             raise BindingMismatchError(f"{model_path}: sha256 {digest[:12]} is not the model {record_path} was quantized from "
                                        f"({self.model_digest[:12]}); pass that model's own intake folder" + (f" as {flag}" if flag else ""))

@@ -219,12 +219,10 @@ class ThresholdSet(Artifact):
         obj = cls.from_dict(new, where=str(path)).sealed()
         return obj.to_dict()
 
-    def make_adapter(self, *, fp32: bool = False) -> Any:
-        """The task adapter (:class:`quantkit.tasks.TaskAdapter`) at this set's thresholds (``fp32=True``: at
-        the FP32 thresholds)."""
-        from ..tasks import make_adapter
-
-        return make_adapter(self.adapter, {**self.options, **(self.fp32_values if fp32 else self.values)})
+    def adapter_options(self, *, fp32: bool = False) -> dict[str, Any]:
+        """The task adapter's options at this set's thresholds (``fp32=True``: at the FP32 thresholds):
+        ``quantkit.tasks.make_adapter(ts.adapter, ts.adapter_options())`` builds the adapter."""
+        return {**self.options, **(self.fp32_values if fp32 else self.values)}
 
     def integer(self, name: str) -> IntegerThreshold:
         return self.integer_domain[name]

@@ -1,6 +1,6 @@
 """Decisions for the bundle: the one place bundle and verify ask the task adapter, and decision-level agreement.
 
-:func:`decide` is the only call into the task adapter (:meth:`quantkit.artifacts.ThresholdSet.make_adapter`); the
+:func:`decide` is the only call into the task adapter (:func:`quantkit.tasks.make_adapter` at the threshold set's options); the
 decision is stored as :meth:`quantkit.tasks.Decision.to_json`. Agreement at the decision level (:func:`agreement`)
 is the task's own: its agreement counts between the golden and the target decision, pooled into the task's
 decision metric (:meth:`quantkit.tasks.TaskAdapter.decision_metric`: box F1 at the task's match IoU for detectors,
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..tasks import Decision
+from ..tasks import Decision, make_adapter
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +41,7 @@ def decide(thresholds: Any, outputs: Mapping[str, np.ndarray], *, fp32: bool = F
     Args:
         thresholds: a :class:`quantkit.artifacts.ThresholdSet`.
     """
-    task = thresholds.make_adapter(fp32=fp32)
+    task = make_adapter(thresholds.adapter, thresholds.adapter_options(fp32=fp32))
     if model is not None:
         task = task.with_model(model)
     return task.decide(outputs).to_json()
@@ -54,7 +54,7 @@ def agreement(thresholds: Any, golden: Mapping[str, Any], got: Mapping[str, Any]
 
 def pooled(thresholds: Any, pairs: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> DecisionAgreement:
     """Decision agreement pooled over image pairs (golden, target): counts summed, then the metric."""
-    task = thresholds.make_adapter()
+    task = make_adapter(thresholds.adapter, thresholds.adapter_options())
     metric = task.decision_metric()
     counts: dict[str, float] = {}
     golden = target = 0

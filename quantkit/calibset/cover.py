@@ -14,6 +14,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..artifacts.drift import DriftResult
 from ..errors import ConfigError
 from .manifest import CalibrationSet
 
@@ -58,8 +59,6 @@ def covering_sources(base: tuple[str | os.PathLike[str] | CalibrationSet, int | 
         ConfigError: no drift results, a pool set with the base's condition named twice, etc.
         InputFileError: a drift result or set that cannot be read.
     """
-    from ..drift import DriftResult
-
     bset = base[0] if isinstance(base[0], CalibrationSet) else CalibrationSet.load(base[0])
     sets = [p if isinstance(p, CalibrationSet) else CalibrationSet.load(p) for p in pool]
     flagged: list[tuple[str, str, str]] = []

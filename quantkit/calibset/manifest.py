@@ -34,7 +34,8 @@ from .._io import atomic_write_json, canonical_json, fingerprint, read_json, sha
 from ..errors import CalibrationSetError, ConfigError, InputFileError
 from ..imageio import IMAGE_SUFFIXES, decode_image
 from ..progress import progress
-from .stats import image_statistics, stats_frame, write_stats_csv
+from ..tasks.registry import label_keys
+from .stats import image_statistics, read_stats_csv, stats_frame, write_stats_csv
 
 log = logging.getLogger(__name__)
 
@@ -176,8 +177,6 @@ class CalibrationSet:
 
     def stats(self) -> "Any":
         """Per-image statistics DataFrame from ``stats.csv`` (see :mod:`quantkit.calibset.stats`)."""
-        from .stats import read_stats_csv
-
         return read_stats_csv(self.root / STATS)
 
     def manifest(self) -> dict[str, Any]:
@@ -317,8 +316,6 @@ def _measure(root: Path, files: list[Path], name: str, captured_at: Mapping[str,
 
 def _warn_unread_label_keys(root: Path, labels: Mapping[str, Any]) -> None:
     """Warn about ``labels`` keys no registered task reads (a misspelt ``box`` only failed when a task looked for it)."""
-    from ..tasks.registry import label_keys
-
     read = label_keys()
     if unread := sorted({k for v in labels.values() if isinstance(v, Mapping) for k in v} - read):
         log.warning("%s: no task reads the label key(s) %s (the tasks read %s); a task will find no ground truth under them",

@@ -39,6 +39,11 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
+from .._io import atomic_write_text
+from ..errors import CalibrationSetError
+from ..imageio import load_image
+from ..progress import progress
+
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     from matplotlib.figure import Figure
@@ -129,9 +134,6 @@ def compute_stats(paths: Sequence[str | os.PathLike[str]], *, root: str | os.Pat
     Raises:
         InputFileError: an image is missing, empty or corrupt (message names it).
     """
-    from ..imageio import load_image
-    from ..progress import progress
-
     rows = []
     for p in progress(paths, total=len(paths), desc=desc):
         name = Path(p).relative_to(root).as_posix() if root is not None else str(p)
@@ -141,8 +143,6 @@ def compute_stats(paths: Sequence[str | os.PathLike[str]], *, root: str | os.Pat
 
 def write_stats_csv(frame: "pd.DataFrame", path: str | os.PathLike[str]) -> Path:
     """Write ``frame`` as CSV atomically, floats with 8 significant digits (same frame, same bytes)."""
-    from .._io import atomic_write_text
-
     return atomic_write_text(path, frame.to_csv(index=False, float_format="%.8g", lineterminator="\n"))
 
 
@@ -153,8 +153,6 @@ def read_stats_csv(path: str | os.PathLike[str]) -> "pd.DataFrame":
         CalibrationSetError: the file is missing or lacks a statistic column (re-register the set).
     """
     import pandas as pd
-
-    from ..errors import CalibrationSetError
 
     p = Path(path)
     try:

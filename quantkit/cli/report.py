@@ -70,14 +70,14 @@ def model_work_dirs(models: list[Path] | None, params: Path | None, work: Path) 
     Raises:
         ConfigError: neither given, or the params' ``models`` is missing or malformed.
     """
-    from ..config import model_names
+    from ..paramsfile import pipeline_models
     from ..errors import ConfigError
 
     if models:
         return list(models)
     if params is None:
         raise ConfigError("name the models: --model WORK_DIR (repeatable), or --params params.yaml for every model under 'models'")
-    return [work / name for name in model_names(params)]
+    return [work / name for name in pipeline_models(params)]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -78,7 +78,7 @@ def run_deployment(args: argparse.Namespace) -> int:
     from ..errors import ConfigError, VerificationError
 
     if args.site_sets_from is not None:
-        from ..config import site_set_dirs
+        from ..paramsfile import site_set_dirs
 
         args.site_set = [*args.site_set, *site_set_dirs(args.site_sets_from)]
     if args.fp32 is None or not args.site_set:

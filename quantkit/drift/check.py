@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from ..artifacts.drift import SIZE_STATISTICS, Clipping, DriftResult, StatisticChange
-from ..artifacts.record import SetRef
+from ..artifacts.record import CalibrationRecord, SetRef
+from ..calibset import CalibrationSet
 from ..errors import CalibrationSetError, ConfigError
 from .clipping import measure_clipping
 from .config import DriftConfig
@@ -28,8 +29,6 @@ log = logging.getLogger(__name__)
 
 
 def _load(path: str | Path, role: str) -> tuple[Any, Any]:
-    from ..calibset import CalibrationSet
-
     if not Path(path).is_dir():
         raise CalibrationSetError(f"{path}: {role} set folder not found; check the path or run 'dvc repro demo_set'")
     cset = CalibrationSet.load(path, verify=True)
@@ -94,8 +93,6 @@ def check_drift(site_set: str | Path, calibration_set: str | Path, config: Drift
     calib, calib_stats = _load(calibration_set, "calibration")
     record = None
     if quantized is not None:
-        from ..artifacts.record import CalibrationRecord
-
         record = CalibrationRecord.load(quantized)
         record.check_calibrated_on(calib, CalibrationRecord.path_in(quantized))
     effects, changes = compare_statistics(calib_stats, site_stats, cfg)

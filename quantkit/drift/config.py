@@ -6,6 +6,7 @@ import dataclasses
 import math
 from typing import ClassVar, Literal
 
+from ..artifacts.drift import RESOLUTION  # noqa: F401 - defined with the result that reads it, used by the drift check
 from ..calibset.stats import STAT_COLUMNS
 from ..config import Config
 from ..errors import ConfigError
@@ -14,23 +15,6 @@ Metric = Literal["wasserstein", "psi", "js"]
 
 DEFAULT_STATISTICS: tuple[str, ...] = STAT_COLUMNS
 """Statistics compared by default: every column of the set's ``stats.csv``."""
-
-RESOLUTION: dict[str, float] = {
-    "width": 1.0, "height": 1.0,                       # one pixel
-    "brightness_mean": 1.0, "brightness_p5": 1.0,      # one 8-bit luma level
-    "brightness_p50": 1.0, "brightness_p95": 1.0,
-    "contrast_rms": 1.0 / 255, "saturation_mean": 1.0 / 255,  # one 8-bit level on a 0..1 scale
-    "cast_rg": 1.0 / 128, "cast_bg": 1.0 / 128,        # one 8-bit level of a channel at mid-grey (128)
-    "sharpness_lapvar": 1.0,                           # luma^2 units: one level squared
-    "noise_sigma": 0.05,                               # luma levels
-    "clip_dark": 0.01, "clip_bright": 0.01,            # 1% of the pixels
-}
-"""Smallest difference that counts, per statistic, in the statistic's own units (:mod:`quantkit.calibset.stats`).
-
-It is the floor of the calibration spread that normalizes W1 (so a statistic that is constant on the calibration
-set, e.g. no crushed-black pixels on any image, still gives a finite effect) and the half-width of the middle bin
-when the calibration range is narrower than it (:func:`quantkit.metrics.quantile_edges`), so values closer than
-this are the same value. A statistic not listed gets no floor beyond ``spread_floor``."""
 
 MIN_EFFECT: dict[str, float] = {"psi": 0.1, "wasserstein": 0.1 ** 0.5, "js": (0.1 / (8 * math.log(2))) ** 0.5}
 """Floor of each metric's alert threshold: an effect below it never counts, however small the calibration

@@ -34,7 +34,7 @@ from ..artifacts.thresholds import ThresholdSet
 from ..errors import ConfigError, InputFileError
 from ..note import ExportNote
 from ..progress import progress
-from ..tasks import TaskAdapter
+from ..tasks import TaskAdapter, make_adapter
 from ..artifacts.record import CalibrationRecord
 from ..thresholds.binding import QUANT_MODEL
 from ..thresholds.causes import LikelyCause, causes_hint, likely_causes
@@ -165,7 +165,7 @@ def evaluate(site_dir: str | os.PathLike[str], fp32_dir: str | os.PathLike[str],
     cset = CalibrationSet.load(site_dir, verify=True)
     reader = CalibrationSetReader(cset, note.preprocessing, batch_size=1)
     variants = ["fp32"] + list(roles) + [r + FP32_SUFFIX for r in roles]
-    tasks = {"fp32": task, **{r: ts.make_adapter().with_model(proto) for r, (_, ts) in roles.items()}, **{r + FP32_SUFFIX: task for r in roles}}
+    tasks = {"fp32": task, **{r: make_adapter(ts.adapter, ts.adapter_options()).with_model(proto) for r, (_, ts) in roles.items()}, **{r + FP32_SUFFIX: task for r in roles}}
     edges = np.linspace(0.0, 1.0, HIST_BINS + 1)
     hist = {m: np.zeros(HIST_BINS, np.int64) for m in ["fp32", *roles]}
     rows: list[dict[str, Any]] = []

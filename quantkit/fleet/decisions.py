@@ -74,10 +74,11 @@ class DecisionSummarizer:
     def __init__(self, thresholds: str | os.PathLike[str], quantized: str | os.PathLike[str], int8_model: str | os.PathLike[str],
                  fp32_model: str | os.PathLike[str] | None = None) -> None:
         from ..artifacts import ThresholdSet
+        from ..tasks import make_adapter
 
         ts = ThresholdSet.load_bound(thresholds, quantized, model_path=int8_model)
-        self.int8 = ts.make_adapter()
-        self.fp32 = ts.make_adapter(fp32=True)
+        self.int8 = make_adapter(ts.adapter, ts.adapter_options())
+        self.fp32 = make_adapter(ts.adapter, ts.adapter_options(fp32=True))
         if fp32_model is not None:
             from ..modelio import load_model
 

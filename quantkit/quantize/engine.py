@@ -31,6 +31,7 @@ import numpy as np
 from .._io import atomic_output_dir, sha256_bytes, sha256_file
 from .._overwrite import check_output_dir, check_output_file, set_folder
 from ..artifacts.record import CalibrationRecord, SetRef, TensorScale
+from ..calibset import CalibrationSet, CalibrationSetReader
 from ..errors import CalibrationSetError, ConfigError, ModelError, QuantkitError, TargetSupportError, UnsupportedOptionError
 from ..modelio import check_one_image_batch, load_model, opset_of
 from ..note import ExportNote
@@ -109,8 +110,6 @@ def _finish(tmp_model: Path, note: ExportNote, dest: Path, config: Any) -> tuple
 def _load_set(calibration_set: Any) -> Any:
     """The calibration set, every image re-hashed: a set whose image was overwritten after registration must
     not be calibrated under its old set id (the record would then name content it was not calibrated on)."""
-    from ..calibset import CalibrationSet
-
     if calibration_set is None:
         raise ConfigError("static quantization needs --calibration-set DIR (or use --dynamic)")
     if isinstance(calibration_set, (str, Path)):
@@ -232,8 +231,6 @@ def _calibrate(prep_path: Path, prepared: Any, cset: Any, note: ExportNote, conf
                excluded: list[str], checkpoint: Path | None, model_digest: str) -> tuple[Any, dict[str, Any], Any, list[str]]:
     """Collect ranges on ``cset``; returns (ranges, the record's calibration entries, output channel ranges,
     nodes to exclude, now including those around tensors that never held a value)."""
-    from ..calibset import CalibrationSetReader
-
     if config.method == "distribution":
         # ORT's DistributionCalibrater computes mean/std for float 8 types; integer types get its histogram
         # edges as the range, i.e. the symmetric (-max|x|, max|x|) (ORT calibrate.py, compute_distribution):

@@ -25,7 +25,8 @@ import numpy as np
 
 from ..config import Config
 from ..errors import ConfigError
-from ..runner import OrtRunner, Runner
+from .base import Runtime as Runner
+from .ort import OrtRuntime as OrtRunner
 
 RunnerFactory = Callable[[Any, int], Runner]
 """``factory(model path or bytes, intra-op threads) -> Runner`` (not yet activated)."""

@@ -44,6 +44,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from ..errors import ConfigError, ModelError
+from ..note import METADATA_KEY, ExportNote
 from .base import (
     DecisionTensor,
     MetricSpec,
@@ -351,8 +352,6 @@ class BoxDetectorAdapter(TaskAdapter):
 def _model_input_size(model: Any) -> tuple[int, int] | None:
     """``(height, width)`` of an ``onnx.ModelProto``'s input: from its export note, else its first input's
     static dims; None when neither says."""
-    from ..note import METADATA_KEY, ExportNote
-
     if any(p.key == METADATA_KEY for p in getattr(model, "metadata_props", ())):
         return ExportNote.from_model(model).preprocessing.input_size
     graph = getattr(model, "graph", None)

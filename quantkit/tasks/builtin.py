@@ -1,3 +1,3 @@
-"""Imports the built-in task adapters so they register themselves (see :func:`quantkit.tasks.base.adapter_class`)."""
+"""Imports the built-in task adapters so they register themselves (see :func:`quantkit.tasks.registry.adapter_class`)."""
 
 from . import boxes, classify, ctc, maps, segmentation  # noqa: F401

@@ -1,4 +1,7 @@
-"""The task adapter registry: built-in adapters and user plug-ins (entry point group ``quantkit.tasks``)."""
+"""The task adapter registry: built-in adapters and user plug-ins (entry point group ``quantkit.tasks``).
+
+Each built-in adapter registers itself here when its module is defined; the package (:mod:`quantkit.tasks`, run
+before any of its modules) imports them all (:mod:`.builtin`), so every lookup finds them."""
 
 from __future__ import annotations
 
@@ -51,8 +54,6 @@ def adapter_class(name: str) -> type[TaskAdapter]:
     Raises:
         ConfigError: no such adapter (names the registered ones).
     """
-    from . import builtin  # noqa: F401 - registers the built-in adapters
-
     if name not in ADAPTERS:
         _load_entry_points()
     if name not in ADAPTERS:
@@ -63,8 +64,6 @@ def adapter_class(name: str) -> type[TaskAdapter]:
 
 def label_keys() -> set[str]:
     """The ``labels`` keys some registered task reads as ground truth (``boxes``, ``class``, ``text``, ...)."""
-    from . import builtin  # noqa: F401 - registers the built-in adapters
-
     _load_entry_points()
     return {cls.LABELS for cls in ADAPTERS.values() if cls.LABELS}
 

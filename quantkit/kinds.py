@@ -1,11 +1,13 @@
 """Which kind of quantkit file a JSON object is, so a loader handed the wrong file says what it got.
 
 ``CalibrationRecord.load("thresholds/minmax.json")`` should say "this is a threshold set", not complain about a
-schema version. An artifact class (:class:`~quantkit.artifacts.base.Artifact`) is recognised by its fields
-(:func:`fits`); the JSON files quantkit writes that are not artifacts (the export note, ``intake.json``, an image
-set's ``manifest.json``, a bundle's ``bundle.json`` pointer and in-archive manifest) by keys their writers always
-put in them (:data:`OTHER_FILES`). Only a match with exactly one kind names it; anything else is left to the
-loader's own checks.
+schema version. A typed file class is recognised by its fields (:func:`fits`): every
+:class:`~quantkit.artifacts.base.Artifact` subclass registers itself here when it is defined, and so does the
+export note (:func:`register_kind`; importing :mod:`quantkit.artifacts` defines them all). The JSON files
+quantkit writes that are not typed classes (``intake.json``, an image set's ``manifest.json``, a bundle's
+``bundle.json`` pointer and in-archive manifest) are recognised by keys their writers always put in them
+(:data:`OTHER_FILES`). Only a match with exactly one kind names it; anything else is left to the loader's own
+checks. This module sits below every file class, so that each of them can ask it.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from ..config import Config
+from ._overwrite import a_kind
+from .config import Config
 
 OTHER_FILES: tuple[tuple[str, str, str, frozenset[str]], ...] = (
     ("intake report", "intake.json", "quantkit intake", frozenset({"fixed_input", "numeric_check", "export_note"})),
@@ -26,9 +29,13 @@ OTHER_FILES: tuple[tuple[str, str, str, frozenset[str]], ...] = (
 pointer, ``BundleManifest.to_dict``)."""
 
 
-def a_kind(kind: str) -> str:
-    """``kind`` with its article: ``a threshold set``, ``an evaluation summary``."""
-    return f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind}"
+_TYPED: dict[type[Config], tuple[str, str, str]] = {}
+"""Typed file classes -> ``(kind, file name, the command that writes it)``, in the order they registered."""
+
+
+def register_kind(cls: type[Config], kind: str, filename: str = "", writer: str = "") -> None:
+    """Make ``cls`` (a :class:`~quantkit.config.Config` written as one JSON file) a kind :func:`describe` names."""
+    _TYPED[cls] = (kind, filename, writer)
 
 
 def _named(kind: str, filename: str, writer: str) -> str:
@@ -49,28 +56,10 @@ def fits(cls: type[Config], data: Mapping[str, Any]) -> bool:
     return bool(keys) and only_fields(cls, data) and required <= keys
 
 
-def _artifact_classes() -> list[type[Any]]:
-    from . import drift, evaluation, fallback, record, thresholds, verification  # noqa: F401 - registers the subclasses
-    from .base import Artifact
-
-    out: list[type[Any]] = []
-    todo = list(Artifact.__subclasses__())
-    while todo:
-        c = todo.pop(0)
-        todo.extend(c.__subclasses__())
-        if c.KIND != Artifact.KIND and c not in out:
-            out.append(c)
-    return out
-
-
 def describe(data: Mapping[str, Any]) -> str | None:
     """What ``data`` is, e.g. ``"a threshold set (thresholds.json, written by 'quantkit bind')"``, when it fits exactly
     one known kind of file; else None."""
-    from ..note import ExportNote
-
-    found = [_named(c.KIND, c.FILENAME, c.PRODUCER) for c in _artifact_classes() if fits(c, data)]
-    if fits(ExportNote, data):
-        found.append(_named("export note", "export_note.json", "quantkit intake"))
+    found = [_named(*named) for c, named in list(_TYPED.items()) if fits(c, data)]
     found += [_named(kind, name, writer) for kind, name, writer, keys in OTHER_FILES if keys <= set(data)]
     return found[0] if len(found) == 1 else None
 
