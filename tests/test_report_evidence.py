@@ -122,3 +122,21 @@ def test_fp32_going_blind_on_an_unlabelled_site_is_named_and_needs_review(tmp_pa
     ok = build_report([_model(tmp_path / "ok", quality=BOTH_GREEN, labelled=False)]).models[0]
     assert ok.decision == "keep deployed" and "FP32 itself" not in " ".join(ok.verdict)
     assert ReportConfig(fp32_min_detection_ratio=0.0).fp32_min_detection_ratio == 0.0
+
+
+def test_html_explains_its_words_and_shows_commands_to_copy(tmp_path):
+    from quantkit.report.glossary import TERMS
+    from quantkit.report.render import render_html, render_markdown
+
+    better = {s: {"deployed": 0.92, "candidate": 0.97} for s in BOTH_GREEN}
+    report = build_report([_model(tmp_path, quality=better)])
+    html, md = render_html(report), render_markdown(report)
+    verdict_box = html[html.index('<div class="verdict'):html.index("<h2>At a glance")]
+    assert verdict_box.count('<div class="cmd"><pre>') == 2 and verdict_box.count('class="copy"') == 2  # dvc repro, dvc metrics diff
+    assert "```bash\ndvc repro\ndvc metrics diff\n```" in md
+    glossary = html[html.index('<h2 id="glossary">'):html.index("<h2>Provenance")]
+    terms = re.findall(r"<dt>(.*?)</dt>", glossary)
+    assert len(terms) == len(set(terms)) and {t for t, _ in TERMS} <= set(terms)
+    for term in ("pixel IoU", "text region F1", "PSI", "KS", "W1 / Wasserstein", "confidence interval (CI)", "calibration", "INT8", "FP32", "candidate"):
+        assert term in terms, term
+    assert not re.search(r"\d ms\b", html) and ReportConfig().candidate_latency is False  # timings live in machine/*.js only

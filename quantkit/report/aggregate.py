@@ -279,7 +279,7 @@ def build_model_report(inputs: ModelInputs, cfg: ReportConfig) -> ModelReport:
                f"its set would not reproduce it" if fallback.kept else
                "it is the precision fallback's output (every node in 8 bits" + (f", after {', '.join(st.name for st in fallback.recovery)}"
                                                                                if fallback.recovery else "") + ")")
-        lines = [f"To deploy it: {how}; bundle and verify that file: '{deploy[0]}', then '{deploy[1]}'."
+        lines = [f"To deploy it: {how}; bundle and verify that file with the two commands below ('quantkit bundle', then 'quantkit verify')."
                  if line.startswith("To deploy it: set calibrations.deployed") else line for line in lines]
     provenance = {role: {"record": r.fingerprint, "model_digest": r.model_digest, "quantized_model_digest": r.quantized_model_digest,
                          "calibration_set": r.set_name, "calibration_set_id": r.set_id, "method": r.config.get("method"),
