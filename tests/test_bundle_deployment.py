@@ -30,6 +30,7 @@ def test_every_target_runtime_is_recorded_with_site_agreement(deployed, tmp_path
     by = {r.runtime: r for r in result.runtimes}
     assert not by["tensorrt"].installed and by["onnxruntime"].installed and by["onnxruntime"].verified
     ort = by["onnxruntime"]
+    assert ort.deployable is True and ort.divergence == "" and by["tensorrt"].deployable is None  # the report's answer per runtime
     assert ort.label == "onnxruntime[all]" and ort.integer_share == 1.0
     assert [(s.site_set, s.images) for s in ort.sites] == [("site-a", 3), ("site-b", 2)]
     assert all(0 <= s.value <= 1 and s.metric == "box_f1" and s.identical_images <= s.images for s in ort.sites)

@@ -399,3 +399,34 @@ def test_bad_threshold_set_json_names_the_file_once(tmp_path: Path) -> None:
     with pytest.raises(InputFileError) as ei:
         ThresholdSet.load(bad)
     assert str(ei.value).count("thc_list.json") == 1 and "must be a JSON object" in str(ei.value)
+
+
+def test_verify_says_plainly_whether_to_deploy(bundle: Path, tmp_path: Path, capsys) -> None:
+    """Numbers that differ from the simulation while every decision agrees with FP32 within the bound interval are a
+    warning beside "FAILED (n checks)", not a refusal; a swapped model is a refusal."""
+    good = verify_bundle(bundle)
+    assert good.deployable and good.answer().startswith("Deploy: YES. Every check passed (")
+    run = good.runs[0]
+    assert run.fp32_agreement is not None and run.fp32_bound is not None and run.fp32_agreement >= run.fp32_bound
+    members = read_members(bundle)
+    name = "golden/0002/int8/000.npy"
+    arr = load_npy(members[name]).copy()
+    arr[0, 0, 4:12, 4:12] += 0.05  # the stored simulation output differs; the decisions do not
+    members[name] = npy(arr)
+    numbers = repack(members, tmp_path / "numbers", update_manifest=True)
+    r = verify_bundle(numbers)
+    assert not r.ok and r.deployable and all(c.kind in ("output", "layer") for c in r.failures)
+    assert "Warning:" in r.answer() and "first diverging tensor 'prob'" in r.answer()
+    assert main(["verify", str(numbers)]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-2].startswith("FAILED (") and out[-1].startswith("Deploy: YES. The decisions agree with FP32 within the bound interval")
+    honest = read_members(bundle)
+    model = onnx.load_from_string(honest["model_int8.onnx"])
+    w = next(i for i in model.graph.initializer if i.name == "w2_quantized")
+    w.CopyFrom(numpy_helper.from_array(-numpy_helper.to_array(w), w.name))
+    honest["model_int8.onnx"] = model.SerializeToString()
+    swapped = repack(honest, tmp_path / "swapped", update_manifest=True)
+    r = verify_bundle(swapped)
+    assert not r.deployable and r.answer().startswith("Deploy: NO. ")
+    assert main(["verify", str(swapped)]) == 4
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("Deploy: NO. ")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html as htmllib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from quantkit.report import ModelInputs, ReportConfig, make_report
-from quantkit.report.synthetic import write_inputs
+from quantkit.report.synthetic import write_inputs, write_verification
 
 pytestmark = pytest.mark.browser
 
@@ -27,8 +28,16 @@ window.addEventListener('load', function () {
   var speed = document.getElementById('speed-table');
   var out = {errors: window.__errors, speed_rows: speed ? speed.rows.length : 0, images: imgs.map(function (i) {
     return {alt: i.alt, complete: i.complete, w: i.naturalWidth, h: i.naturalHeight}; })};
+  var vw = document.documentElement.clientWidth;
+  out.viewport = vw; out.inner = window.innerWidth; out.scroll_width = document.documentElement.scrollWidth;
+  out.overflow = Array.prototype.slice.call(document.body.querySelectorAll('*')).filter(function (e) {
+    var r = e.getBoundingClientRect(), mr = parseFloat(getComputedStyle(e).marginRight) || 0;
+    return r.width > 0 && (r.right > vw + 0.5 || r.right + mr > vw + 0.5); }).slice(0, 12).map(function (e) {
+    return e.tagName + (e.className ? '.' + e.className : '') + ' right=' + Math.round(e.getBoundingClientRect().right) + ' ' +
+      (e.textContent || '').slice(0, 60); });
   var pre = document.createElement('pre'); pre.id = 'qk-probe'; pre.textContent = JSON.stringify(out);
   document.body.appendChild(pre);
+  if (window.parent !== window) { window.parent.postMessage(JSON.stringify(out), '*'); }
 });
 </script>"""
 
@@ -73,3 +82,49 @@ def test_report_renders_in_chromium(tmp_path: Path):
     snap = _chromium([f"--screenshot={shot}", "--window-size=1200,2400", (out / "shift_report.html").as_uri()], tmp_path / "profile2")
     assert snap.returncode == 0, snap.stderr[-2000:]
     assert shot.stat().st_size > 10_000
+
+
+# Chromium will not make a window narrower than 500 px, so a phone's width is an iframe of that width (its own viewport).
+FRAME = """<!DOCTYPE html><html><head><meta charset="utf-8"></head><body style="margin:0">
+<iframe src="{src}" style="width:{width}px;height:3000px;border:0;display:block"></iframe>
+<script>window.addEventListener('message', function (e) {{
+  var pre = document.createElement('pre'); pre.id = 'qk-probe'; pre.textContent = e.data; document.body.appendChild(pre); }});</script>
+</body></html>"""
+
+
+def _framed(out: Path, tmp_path: Path, width: int, src: str, args: list[str], profile: str) -> subprocess.CompletedProcess[str]:
+    page = out / f"frame-{width}-{Path(src).stem}.html"
+    page.write_text(FRAME.format(src=src, width=width), encoding="utf-8")
+    return _chromium([f"--window-size={max(width, 500)},3000", "--hide-scrollbars", *args, page.as_uri()], tmp_path / profile)
+
+
+def _probe(out: Path, tmp_path: Path, width: int, profile: str) -> dict:
+    dom = _framed(out, tmp_path, width, "probe.html", ["--dump-dom"], profile)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    m = re.search(r'<pre id="qk-probe">(.*?)</pre>', dom.stdout, re.DOTALL)
+    assert m, "probe did not run: " + dom.stdout[-500:]
+    return json.loads(htmllib.unescape(m.group(1)))
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not installed (apt-get install chromium; .ci/run installs it)")
+def test_report_fits_a_desktop_and_a_phone_without_horizontal_scrolling(tmp_path: Path):
+    """At 1280 px and 390 px wide no element reaches past the viewport's right edge (tables, commands with copy
+    buttons, the glossary); screenshots of both are kept (QUANTKIT_TEST_ARTIFACTS, else pytest's tmp dir)."""
+    switch = write_inputs(tmp_path / "a", model="detector_switch", images_per_site=4,
+                          quality={s: {"deployed": 0.92, "candidate": 0.97} for s in ("cam1-day", "cam1-night", "cam2-day")})
+    review = write_inputs(tmp_path / "b", images_per_site=4)
+    write_verification(review["work"], {"onnxruntime": "numbers", "openvino": "failed"})
+    out = tmp_path / "reports"
+    make_report([ModelInputs.from_work_dir(p["work"], site_sets=p["site_sets"]) for p in (switch, review)], ReportConfig(), out)
+    page = (out / "shift_report.html").read_text(encoding="utf-8")
+    assert 'class="copy"' in page and 'id="glossary"' in page  # what must fit: commands with copy buttons, the glossary
+    (out / "probe.html").write_text(page.replace("<head>", "<head>" + PROBE, 1), encoding="utf-8")
+    shots = Path(os.environ.get("QUANTKIT_TEST_ARTIFACTS", tmp_path / "screenshots"))
+    shots.mkdir(parents=True, exist_ok=True)
+    for width in (1280, 390):
+        r = _probe(out, tmp_path, width, f"p{width}")
+        assert r["errors"] == [] and r["viewport"] == width, r
+        assert r["scroll_width"] <= width and r["overflow"] == [], f"{width} px: {r['overflow']}"
+        shot = shots / f"shift_report-{width}px.png"
+        snap = _framed(out, tmp_path, width, "shift_report.html", [f"--screenshot={shot}"], f"s{width}")
+        assert snap.returncode == 0 and shot.stat().st_size > 10_000, snap.stderr[-2000:]

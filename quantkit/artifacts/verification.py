@@ -36,7 +36,11 @@ class SiteAgreement(Config):
 @dataclasses.dataclass(frozen=True)
 class RuntimeResult(Config):
     """One runtime: installed?, version and settings, verified?, first failures, integer share of Conv/MatMul
-    multiply-accumulates, and the per-site agreement."""
+    multiply-accumulates, and the per-site agreement.
+
+    ``deployable``: the bundle's decisions on this runtime agree with the QDQ simulation's on every golden input and
+    nothing but numbers failed (a numeric mismatch alone is a warning); None in files written before the field
+    existed (then ``verified`` answers). ``divergence``: the first diverging tensor after a numeric mismatch, in words."""
 
     VERSIONED: ClassVar[bool] = False
 
@@ -49,6 +53,8 @@ class RuntimeResult(Config):
     failures: tuple[str, ...] = ()
     integer_share: float | None = None
     sites: tuple[SiteAgreement, ...] = ()
+    deployable: bool | None = None
+    divergence: str = ""
 
 
 @dataclasses.dataclass(frozen=True)

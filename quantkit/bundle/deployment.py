@@ -32,7 +32,7 @@ from ..artifacts.verification import DeploymentVerification, RuntimeResult, Site
 from .decisions import agreement, decide, pooled
 from .target import runtime_options
 from .typed import ThresholdSet
-from .verify import VerifyConfig, resolve_bundle, verify_bundle
+from .verify import NUMERIC_KINDS, VerifyConfig, resolve_bundle, run_deployable, verify_bundle
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,11 +100,22 @@ def verify_deployment(bundle: str | Path, fp32: str | Path, site_sets: Sequence[
                 fails += likely_causes(report, name)
             sites = tuple(_site(s, ts, fp32_dec[s.name], _decisions(name, ex.path("model_int8.onnx"), s, note.preprocessing, ts, cfg)) for s in sets)
             info = run.info
+            div = run.divergence
             results.append(RuntimeResult(name, True, info.version if info else "", info.label if info else "", dict(info.options) if info else {},
-                                         not fails, fails, run.precision.integer_share if run.precision else None, sites))
+                                         not fails, fails, run.precision.integer_share if run.precision else None, sites,
+                                         _deployable(report, run), f"{div.tensor!r} ({div.op_type} {div.node!r})" if div else ""))
         man = ex.manifest
     return DeploymentVerification(path.name, sha256_file(path), str(man["record"]["fingerprint"]), str(man["thresholds"]["fingerprint"]),
                                   ts.adapter, tuple(results))
+
+
+def _deployable(report: Any, run: Any) -> bool:
+    """The bundle may be deployed on ``run``'s runtime: it ran, nothing but comparisons with the simulation failed there
+    (or for the bundle itself), and its decisions agree with FP32 within the bound interval
+    (:attr:`quantkit.bundle.verify.VerificationReport.deployable`, per runtime)."""
+    if run.info is None or any(c.kind not in NUMERIC_KINDS for c in report.failures if c.runtime in ("", run.runtime)):
+        return False
+    return run_deployable(run)
 
 
 def likely_causes(report: Any, runtime: str) -> tuple[str, ...]:

@@ -35,7 +35,7 @@ from ..runtimes import RuntimeInfo, deployment_options, make_runtime, runtime_cl
 from ..runtimes.localize import Divergence, StoredReference, bound_target, compare_tensor, localize
 from ..runtimes.precision import PrecisionSummary, integer_share
 from .archive import ExtractedBundle
-from .decisions import agreement, decide
+from .decisions import agreement, decide, pooled
 from .manifest import BundleManifest, subsample_indices
 
 log = logging.getLogger(__name__)
@@ -54,12 +54,17 @@ class RuntimeRun:
     ok: bool
     decisions_agree: int = 0
     decisions: int = 0
+    fp32_agreement: float | None = None
+    """The task's decision metric of this runtime's decisions vs FP32's golden decisions, pooled over the golden inputs."""
+    fp32_bound: float | None = None
+    """The least ``fp32_agreement`` that still agrees with FP32 within the bound interval (:func:`fp32_bound`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"runtime": self.runtime, "info": self.info.to_dict() if self.info else None, "latency_ms": self.latency_ms,
                 "latency_note": "machine-dependent", "precision": self.precision.to_dict() if self.precision else None,
                 "divergence": self.divergence.to_dict() if self.divergence else None, "ok": self.ok,
-                "decisions_agree": self.decisions_agree, "decisions": self.decisions}
+                "decisions_agree": self.decisions_agree, "decisions": self.decisions,
+                "fp32_agreement": self.fp32_agreement, "fp32_bound": self.fp32_bound}
 
 
 def runtime_options(runtime: str, threads: int = 0) -> dict[str, Any]:
@@ -123,6 +128,8 @@ def _golden(runtime: str, rt: Any, opts: dict[str, Any], ex: ExtractedBundle, ma
     first_feed: dict[str, np.ndarray] | None = None
     times: list[float] = []
     agree = n_dec = 0
+    vs_fp32: list[tuple[Any, Any]] = []  # (FP32's golden decision, this runtime's)
+    sim_fp32: list[tuple[Any, Any]] = []  # (FP32's golden decision, the simulation's)
     for s in progress(man.samples, total=len(man.samples), desc=f"golden inputs on {runtime}"):
         x = load_npy(ex, s.input)
         if x is None or x.dtype != np.float32 or tuple(x.shape) != man.input_shape:
@@ -140,7 +147,11 @@ def _golden(runtime: str, rt: Any, opts: dict[str, Any], ex: ExtractedBundle, ma
             atol = steps * o.scale if o.scale else o.atol
             ok &= _output_row(add, s.id, o.name, got.get(o.name), golden, atol, max_mismatch, o.tolerance_source if not cfg.tolerance_steps else f"{steps:g} step(s)")
         if thresholds is not None and s.decision_int8 is not None:
-            a = agreement(thresholds, s.decision_int8, decide(thresholds, got, model=model))
+            mine = decide(thresholds, got, model=model)
+            if s.decision_fp32 is not None:
+                vs_fp32.append((s.decision_fp32, mine))
+                sim_fp32.append((s.decision_fp32, s.decision_int8))
+            a = agreement(thresholds, s.decision_int8, mine)
             n_dec += 1
             agree += a.value >= cfg.decision_min_agreement
             ok &= add("decision", s.id, "pass" if a.value >= cfg.decision_min_agreement else "fail", str(a))
@@ -156,7 +167,23 @@ def _golden(runtime: str, rt: Any, opts: dict[str, Any], ex: ExtractedBundle, ma
     div = None
     if first_fail is not None and cfg.localize:
         div = _localize(runtime, opts, ex, man, model, first_fail, steps, max_mismatch, add)
-    return RuntimeRun(runtime, info, latency, prec, div, first_fail is None, agree, n_dec)
+    fp32_agree = pooled(thresholds, vs_fp32).value if vs_fp32 else None
+    return RuntimeRun(runtime, info, latency, prec, div, first_fail is None, agree, n_dec, fp32_agree,
+                      fp32_bound(thresholds, pooled(thresholds, sim_fp32).value) if vs_fp32 else None)
+
+
+def fp32_bound(thresholds: Any, simulated: float) -> float:
+    """The least agreement with FP32's golden decisions that is still "within the bound interval": the lower end of the
+    interval ``bind`` measured for the chosen thresholds on the reference set (its operating point's primary agreement
+    metric, a bootstrap/Clopper-Pearson interval, :mod:`quantkit.thresholds.stats`) when that metric is the task's
+    decision metric; else the QDQ simulation's own agreement with FP32 on the golden inputs (the runtime must do at
+    least as well as what was bound)."""
+    op = getattr(thresholds, "operating_point", None)
+    est = op.primary() if op is not None else None
+    metric = thresholds.make_adapter().decision_metric().name
+    if est is not None and op.primary_metric == metric:
+        return min(float(est.ci[0]), simulated)
+    return simulated
 
 
 def _output_row(add: Callable[..., bool], sid: str, name: str, got: Any, golden: np.ndarray | None, atol: float, max_mismatch: float, source: str) -> bool:

@@ -33,6 +33,10 @@ from .typed import CalibrationRecord, ThresholdSet
 
 Status = Literal["pass", "fail", "warn", "skip"]
 
+NUMERIC_KINDS = ("output", "layer", "decision")
+"""Failed checks that compare with the QDQ simulation (tensors, and decisions vs the simulation's): they do not by
+themselves make a bundle undeployable; its decisions' agreement with FP32 decides (:attr:`VerificationReport.deployable`)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class VerifyConfig(Config):
@@ -105,6 +109,15 @@ class Check:
         return f"Check({self.runtime + ' ' if self.runtime else ''}{self.kind}:{self.name} {self.status})"
 
 
+def run_deployable(r: RuntimeRun) -> bool:
+    """One runtime's decisions agree with FP32's golden decisions within the bound interval
+    (``fp32_agreement >= fp32_bound``); without FP32 golden decisions (older bundles), every decision agrees with
+    the simulation's."""
+    if r.fp32_agreement is not None and r.fp32_bound is not None:
+        return r.fp32_agreement >= r.fp32_bound - 1e-9
+    return r.decisions > 0 and r.decisions_agree == r.decisions
+
+
 @dataclasses.dataclass(frozen=True)
 class VerificationReport:
     """Result of :func:`verify_bundle`. ``ok`` when no check failed (warnings and skips allowed)."""
@@ -125,6 +138,35 @@ class VerificationReport:
     def divergence(self) -> Any:
         """The first runtime's localised divergence, if any."""
         return next((r.divergence for r in self.runs if r.divergence is not None), None)
+
+    @property
+    def deployable(self) -> bool:
+        """Whether the bundle may be deployed: every runtime ran, no check failed except comparisons with the QDQ
+        simulation (:data:`NUMERIC_KINDS`), and on every runtime the decisions agree with FP32's golden decisions within
+        the bound interval (``fp32_agreement >= fp32_bound``, :func:`quantkit.bundle.target.fp32_bound`); for a bundle
+        without FP32 golden decisions, every decision agrees with the simulation's."""
+        runs = [r for r in self.runs if r.info is not None]
+        if not runs or any(c.kind not in NUMERIC_KINDS for c in self.failures):
+            return False
+        return all(run_deployable(r) for r in runs)
+
+    def answer(self) -> str:
+        """Whether to deploy, in one plain sentence (the verification table is for engineers)."""
+        runs = [r for r in self.runs if r.info is not None]
+        why = "; ".join(f"{r.info.label}: {r.decisions_agree} of {r.decisions} decisions as simulated"  # type: ignore[union-attr]
+                        + (f", agreement with FP32 {r.fp32_agreement:.3f} (bound {r.fp32_bound:.3f})" if r.fp32_agreement is not None
+                           and r.fp32_bound is not None else "") for r in runs)
+        if not self.deployable:
+            bad = next((c for c in self.failures if c.kind not in NUMERIC_KINDS), None)
+            reason = (f"{bad.runtime + ' ' if bad.runtime else ''}[{bad.kind}] {bad.name}: {bad.detail}" if bad is not None else
+                      f"the decisions do not agree with FP32 within the bound interval ({why})" if runs else "no runtime ran the bundle")
+            return f"Deploy: NO. {reason}."
+        if self.ok:
+            return f"Deploy: YES. Every check passed ({why})."
+        div = self.divergence
+        where = f"; first diverging tensor {div.tensor!r} ({div.op_type} {div.node!r})" if div else ""
+        return (f"Deploy: YES. The decisions agree with FP32 within the bound interval ({why}). Warning: {len(self.failures)} check(s) "
+                f"found numbers that differ from the QDQ simulation{where}; an engineer may look, the decisions are not affected.")
 
     def error(self) -> QuantkitError | None:
         """The exception the CLI raises: TargetSupportError when the first failure is an unsupported operator (exit 5),

@@ -25,7 +25,9 @@ from ..errors import BindingMismatchError, InputFileError
 from ..thresholds.binding import QUANT_MODEL
 from ..thresholds.stats import bootstrap_ratio
 from .config import ReportConfig
+from ..artifacts.verification import DeploymentVerification
 from .model import INT8_ROLES, Example, ModelReport, ShiftMetrics, SiteReport
+from .paired import PairedDifference, paired_difference
 from .verdict import verdict
 
 log = logging.getLogger(__name__)
@@ -46,16 +48,19 @@ class ModelInputs:
     candidate_thresholds: Path | None = None
     drift_dir: Path | None = None
     site_sets: Path | None = None
+    verification: Path | None = None
+    """The deployed bundle's ``verify.json``; None or a missing file: the report says "not verified"."""
 
     @classmethod
     def from_work_dir(cls, work: str | Path, *, site_sets: Path | None = None) -> "ModelInputs":
         """The pipeline's layout under one model's work folder: ``eval/``, ``drift/``, ``quantize/{deployed,candidate}``,
-        ``thresholds/{deployed,candidate}.json`` (the candidate only when present)."""
+        ``thresholds/{deployed,candidate}.json`` (the candidate only when present), ``verify.json``."""
         w = Path(work)
         cand, cand_t = w / "quantize" / "candidate", w / "thresholds" / "candidate.json"
         has_cand = cand.is_dir() and cand_t.is_file()
         return cls(w.name, w / "eval", w / "quantize" / "deployed", w / "thresholds" / "deployed.json",
-                   cand if has_cand else None, cand_t if has_cand else None, w / "drift" if (w / "drift").is_dir() else None, site_sets)
+                   cand if has_cand else None, cand_t if has_cand else None, w / "drift" if (w / "drift").is_dir() else None, site_sets,
+                   w / "verify.json")
 
 
 def _per_image(path: Path) -> Any:
@@ -184,6 +189,27 @@ def _drift(path: Path, deployed: CalibrationRecord) -> DriftResult | None:
     return d
 
 
+def _verification(path: Path | None, deployed: CalibrationRecord, thresholds: ThresholdSet) -> DeploymentVerification | None:
+    """The deployed bundle's verification, checked to be of this record and threshold set; None when there is none."""
+    if path is None or not DeploymentVerification.path_in(path).is_file():
+        return None
+    v = DeploymentVerification.load(path)
+    if v.record_fingerprint != deployed.fingerprint or v.threshold_fingerprint != thresholds.fingerprint:
+        raise BindingMismatchError(f"{path}: verifies a bundle of record {v.record_fingerprint[:12]} / thresholds {v.threshold_fingerprint[:12]} "
+                                   f"but the deployed model is record {deployed.fingerprint[:12]} / thresholds {thresholds.fingerprint[:12]}; "
+                                   "rebuild and verify the bundle (dvc repro)")
+    return v
+
+
+def _paired(frames: dict[str, Any], spec: Any, primary: Any) -> tuple[Any, ...]:
+    """Candidate minus deployed of the primary metric on the same images: over every site set, then per set."""
+    def one(fr: dict[str, Any]) -> PairedDifference:
+        return paired_difference(fr, primary.name, spec.num, spec.den, factor=spec.factor, empty=spec.empty,
+                                 higher_is_better=primary.higher_is_better)
+
+    return (one(frames), *(one({name: f}) for name, f in sorted(frames.items())))
+
+
 def _images_dir(summary: EvalSummary, site_sets: Path | None) -> Path | None:
     """The site set's folder for thumbnails: ``site_sets/<name>`` when given, else the folder evaluate recorded, else
     ``./site_sets/<name>``; None (logged: the report shows "image not available") when none exists here."""
@@ -220,24 +246,30 @@ def build_model_report(inputs: ModelInputs, cfg: ReportConfig) -> ModelReport:
     if inputs.candidate is not None and inputs.candidate_thresholds is not None:
         roles["candidate"] = (CalibrationRecord.load(inputs.candidate), _thresholds(inputs.candidate_thresholds, inputs.candidate), inputs.candidate)
     sites: list[SiteReport] = []
+    frames: dict[str, Any] = {}
     summary = None
     for d in _site_dirs(inputs.eval_dir):
         summary = EvalSummary.load(d)
         _check_belongs(summary, d, roles)
         spec = adapter_class(summary.task).primary_metric()
         frame = _per_image(d / "per_image.csv")
+        frames[d.name] = frame
         hist = read_json(d / "score_hist.json", "score histogram") if (d / "score_hist.json").exists() else None
         dets = read_json(d / "detections.json", "detections") if (d / "detections.json").exists() else None
         drift = _drift(inputs.drift_dir / f"{d.name}.json", dep_rec) if inputs.drift_dir else None
         sites.append(SiteReport(d.name, tuple(site_metrics(summary, frame, hist, cfg, (spec.num, spec.den, spec.factor, spec.empty))), hist,
                                 drift, tuple(examples(frame, dets, summary.primary_metric, cfg.examples_per_site)),
-                                _images_dir(summary, inputs.site_sets), summary.labelled))
+                                _images_dir(summary, inputs.site_sets), summary.labelled, summary.site_set.camera, summary.site_set.lighting))
     assert summary is not None  # _site_dirs refuses an empty folder
     cand = roles.get("candidate")
     same = cand is not None and cand[0].fingerprint == dep_rec.fingerprint
     primary = summary.metric(summary.primary_metric)
+    evidence = _paired(frames, adapter_class(summary.task).primary_metric(), primary) if cand is not None and not same else ()
+    verification = _verification(inputs.verification, dep_rec, roles["deployed"][1])
     decision, lines = verdict(sites, primary, summary.item, dep_rec.set_name, cand[0].set_name if cand else None, cfg,
-                              metrics=summary.metrics, same_calibration=same)
+                              metrics=summary.metrics, same_calibration=same, paired=evidence[0] if evidence else None,
+                              paired_sites=evidence[1:], verification=verification, with_verification=True,
+                              calibration=(cs.camera, cs.lighting) if (cs := dep_rec.calibration_set) else ("", ""))
     fallback = _fallback(inputs.candidate) if inputs.candidate else None
     site_paths = [s.images_dir.as_posix() if s.images_dir else f"site_sets/{s.name}" for s in sites]
     deploy = tuple(deploy_commands(inputs.name, inputs.candidate, inputs.candidate_thresholds, fallback, site_paths)) \
@@ -247,7 +279,7 @@ def build_model_report(inputs: ModelInputs, cfg: ReportConfig) -> ModelReport:
                f"its set would not reproduce it" if fallback.kept else
                "it is the precision fallback's output (every node in 8 bits" + (f", after {', '.join(st.name for st in fallback.recovery)}"
                                                                                if fallback.recovery else "") + ")")
-        lines = [f"To deploy it: {how}; bundle and verify that file: '{deploy[0]}', then '{deploy[1]}'."
+        lines = [f"To deploy it: {how}; bundle and verify that file with the two commands below ('quantkit bundle', then 'quantkit verify')."
                  if line.startswith("To deploy it: set calibrations.deployed") else line for line in lines]
     provenance = {role: {"record": r.fingerprint, "model_digest": r.model_digest, "quantized_model_digest": r.quantized_model_digest,
                          "calibration_set": r.set_name, "calibration_set_id": r.set_id, "method": r.config.get("method"),
@@ -255,7 +287,8 @@ def build_model_report(inputs: ModelInputs, cfg: ReportConfig) -> ModelReport:
     return ModelReport(inputs.name, summary.task, summary.item, summary.scores, primary, summary.metrics, tuple(sites), decision,
                        tuple(lines), dep_rec.set_name, cand[0].set_name if cand else None,
                        tuple(threshold_table(roles["deployed"][1], cand[1] if cand else None)),
-                       tuple(scale_moves(dep_rec, cand[0], cfg.top_tensors)) if cand and not same else (), fallback, provenance, deploy)
+                       tuple(scale_moves(dep_rec, cand[0], cfg.top_tensors)) if cand and not same else (), fallback, provenance, deploy,
+                       evidence, verification)
 
 
 def _fallback(candidate: Path) -> Any:

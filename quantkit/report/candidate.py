@@ -12,6 +12,8 @@ import shlex
 from pathlib import Path
 from typing import Any, Sequence
 
+from .commands import command_blocks
+
 MAX_NODES = 24
 """Float nodes listed by name in the report (the rest are counted; ``fallback.json`` lists them all)."""
 
@@ -90,10 +92,10 @@ def html(m: Any, show_latency: bool = True) -> Any:
     s = section(m, show_latency)
     items = "".join(f"<li>{escape(x)}</li>" for x in s["nodes"])
     lat = "".join(f"<li>{escape(x)}</li>" for x in s["latency"])
-    cmds = escape("\n".join(s["deploy"]))
+    cmds = command_blocks(s["deploy"])
     return Markup(f"<h3>The candidate (precision fallback)</h3><p>{escape(s['summary'][0])}</p>"
                   f"<details><summary>Kept in float, and why ({len(m.fallback.kept)})</summary><ul>{items}</ul></details>"
-                  f"<p>Latency:</p><ul>{lat}</ul><p>To deploy it:</p><pre>{cmds}</pre>")
+                  f"<p>Latency:</p><ul>{lat}</ul><p>To deploy it:</p>{cmds}")
 
 
 __all__ = ["deploy_commands", "html", "latency_lines", "markdown", "node_lines", "section", "summary_line"]

@@ -30,9 +30,15 @@ class ReportConfig(Config):
         fp32_min_accuracy: on a labelled site set, FP32's accuracy against the labels (the task's first accuracy
             metric where higher is better: exact text accuracy for recognizers, not their character error rate) below
             this says the model itself fails there: recalibration cannot fix it, and the verdict says so.
+        fp32_min_detection_ratio: on an unlabelled site set, FP32's detections per image below this fraction of
+            its detections per image under the calibration condition (the site set with the deployed calibration set's
+            camera and lighting, else one whose images did not change) say the model itself goes blind there: the
+            verdict says so, since agreement with FP32 cannot show it.
         title: report title.
         candidate_latency: show the latency the fallback measured for the candidate (vs FP32 and deployed; from
-            its ``fallback.json``). Machine-dependent: a re-run on another machine rewrites those figures.
+            its ``fallback.json``). Machine-dependent: a re-run on another machine rewrites those figures, so it is
+            off by default (the report is committed and should be the same bytes for the same models; "Speed on this
+            machine" is filled in the browser from ``machine/``).
     """
 
     PARAMS_OPTIONAL: ClassVar[bool] = True
@@ -47,8 +53,9 @@ class ReportConfig(Config):
     thumbnail_px: int = 240
     top_tensors: int = 10
     fp32_min_accuracy: float = 0.5
+    fp32_min_detection_ratio: float = 0.5
     title: str = "Quantization shift report"
-    candidate_latency: bool = True
+    candidate_latency: bool = False
 
     def validate(self) -> None:
         if not 0.0 < self.min_agreement <= 1.0:
@@ -65,6 +72,8 @@ class ReportConfig(Config):
             raise ConfigError(f"report.thumbnail_px: {self.thumbnail_px} must be 32..640")
         if not 0.0 <= self.fp32_min_accuracy <= 1.0:
             raise ConfigError(f"report.fp32_min_accuracy: {self.fp32_min_accuracy} must be in [0, 1]")
+        if not 0.0 <= self.fp32_min_detection_ratio <= 1.0:
+            raise ConfigError(f"report.fp32_min_detection_ratio: {self.fp32_min_detection_ratio} must be in [0, 1]")
         if self.top_tensors < 1:
             raise ConfigError(f"report.top_tensors: {self.top_tensors} must be >= 1")
 
@@ -82,4 +91,5 @@ class ReportConfig(Config):
                 f"{metric_label} (pooled over the site set's images) >= {self.min_agreement:.2f} and its {item} count per image stays "
                 f"within {100 * self.max_detection_change:.0f}% of FP32's; red below {self.min_agreement - self.amber_band:.2f} or beyond "
                 f"{200 * self.max_detection_change:.0f}%; amber between. Switch to a candidate only when it is green on every site set "
-                "(params.yaml: report).")
+                "and either green where the deployed model is not, or closer to FP32 on the same images by a paired 95% interval "
+                "that excludes 0 (params.yaml: report).")

@@ -67,6 +67,8 @@ class SiteReport:
     examples: tuple[Example, ...]
     images_dir: Path | None
     labelled: bool
+    camera: str = ""
+    lighting: str = ""
 
     def variant(self, name: str) -> ShiftMetrics | None:
         return next((m for m in self.metrics if m.variant == name), None)
@@ -93,6 +95,10 @@ class ModelReport:
     provenance: dict[str, Any]
     deploy: tuple[str, ...] = ()
     """Commands that package and verify the candidate (when it came from a fallback)."""
+    evidence: tuple[Any, ...] = ()
+    """:class:`quantkit.report.paired.PairedDifference` of candidate minus deployed: over every site set first, then per set."""
+    verification: Any = None
+    """The deployed bundle's :class:`quantkit.artifacts.verification.DeploymentVerification`, or None ("not verified")."""
 
     def site(self, name: str) -> SiteReport | None:
         return next((s for s in self.sites if s.name == name), None)
@@ -140,6 +146,8 @@ class ShiftReport:
                 "models": {m.name: {"task": m.task, "decision": m.decision, "verdict": list(m.verdict),
                                     "sites": {s.name: [x.to_dict() for x in s.metrics] for s in m.sites},
                                     "thresholds": list(m.thresholds), "scale_moves": list(m.scale_moves), "fallback": m.fallback.to_dict() if m.fallback is not None else None,
+                                    "evidence": [e.to_dict() for e in m.evidence],
+                                    "verified": None if m.verification is None else m.verification.ok,
                                     "provenance": m.provenance} for m in self.models},
                 "config": self.config.to_dict()}
 

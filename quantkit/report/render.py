@@ -19,6 +19,8 @@ from markupsafe import Markup
 from .._io import atomic_output_dir, atomic_write_json, atomic_write_text, canonical_json
 from ..versions import tool_versions
 from . import candidate, plots
+from .commands import COPY_JS, command_blocks
+from .glossary import glossary
 from .model import ModelReport, ShiftReport
 from .verdict import drift_label, plural
 
@@ -103,6 +105,14 @@ def _thumbs(m: ModelReport, px: int) -> dict[str, list[Markup]]:
     return out
 
 
+def verdict_commands(m: ModelReport) -> tuple[str, ...]:
+    """The commands that carry out the verdict (shown as code blocks under it): the fallback candidate's bundle and
+    verify commands, or the pipeline's for a recalibrated candidate; none unless the verdict says "To deploy it"."""
+    if not any(line.startswith("To deploy it:") for line in m.verdict):
+        return ()
+    return m.deploy or ("dvc repro", "dvc metrics diff")
+
+
 def render_html(report: ShiftReport) -> str:
     """The report as one self-contained HTML document (UTF-8 text), deterministic for the same report."""
     from importlib import resources
@@ -127,6 +137,8 @@ def render_html(report: ShiftReport) -> str:
         "effects": {m.name: {s.name: {(e.name, e.metric): e for e in (s.drift.statistics if s.drift else ())} for s in m.sites} for m in report.models},
         "figures": {m.name: _figures(m, report) for m in report.models},
         "thumbs": {m.name: _thumbs(m, cfg.thumbnail_px) for m in report.models},
+        "commands": {m.name: command_blocks(verdict_commands(m)) for m in report.models},
+        "glossary": glossary(report.models), "copy_js": Markup(COPY_JS),
         "fallback_html": {m.name: candidate.html(m, cfg.candidate_latency) for m in report.models if m.fallback is not None},
         "provenance": {m.name: canonical_json(m.provenance) for m in report.models},
         "versions": canonical_json(tool_versions(("quantkit", "onnx", "onnxruntime", "numpy", "pandas", "scipy", "matplotlib"), python=True)),
@@ -139,6 +151,8 @@ def render_markdown(report: ShiftReport) -> str:
     lines = [f"# {report.title}", ""]
     for m in report.models:
         lines += [f"## {m.name}: **{m.decision.upper()}**", ""] + [f"- {v}" for v in m.verdict] + [""]
+        if verdict_commands(m):
+            lines += ["```bash", *verdict_commands(m), "```", ""]
         lines += [f"| site set | model | status | {m.primary.label} | {plural(m.item)} / image | Δ vs FP32 | what changed in the images |",
                   "|---|---|---|---|---|---|---|"]
         for s in m.sites:

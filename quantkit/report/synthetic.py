@@ -8,7 +8,7 @@ Not used by the pipeline.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,14 +67,15 @@ def _drift(site: str, si: int, n: int, camera: str, lighting: str, record_fp: st
         config={}, record_fingerprint=record_fp)
 
 
-def _site_rows(rng: np.random.Generator, q: dict[str, float], name: str, gt: list[list[list[float]]], variants: Sequence[str]) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, np.ndarray]]:
+def _site_rows(rng: np.random.Generator, q: dict[str, float], name: str, gt: list[list[list[float]]], variants: Sequence[str],
+               items: int = 3) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, np.ndarray]]:
     from ..evaluate.run import image_row
     from ..tasks.maps import DBTextAdapter
     from ..tasks.matching import item_counts
 
     primary = DBTextAdapter.primary_metric()
     rows, dets, scores = [], {}, {}
-    n_fp32 = 3 + int(rng.integers(-1, 2))
+    n_fp32 = max(0, items + int(rng.integers(-1, 2)))
     for v in variants:
         base = v.split("@")[0]
         iou = 1.0 if base == "fp32" else float(np.clip(q[base] + rng.normal(0, 0.01), 0, 1))
@@ -93,8 +94,13 @@ def _site_rows(rng: np.random.Generator, q: dict[str, float], name: str, gt: lis
 
 
 def write_inputs(root: str | Path, *, model: str = "ppocr_det", sites: Sequence[str] = ("cam1-day", "cam1-night", "cam2-day"),
-                 images_per_site: int = 6, image_size: int = 96, write_images: bool = True, seed: int = 0) -> dict[str, Path]:
-    """Write a synthetic report input tree; returns ``{"work": work/models/<model>, "site_sets": site_sets}``."""
+                 images_per_site: int = 6, image_size: int = 96, write_images: bool = True, seed: int = 0,
+                 quality: Mapping[str, Mapping[str, float]] | None = None, items: Mapping[str, int] | None = None,
+                 labelled: bool = True) -> dict[str, Path]:
+    """Write a synthetic report input tree; returns ``{"work": work/models/<model>, "site_sets": site_sets}``.
+
+    ``quality``: site -> role -> pixel IoU vs FP32 (default :data:`QUALITY`); ``items``: site -> FP32's text regions per
+    image (default 3, each image +-1); ``labelled``: whether the evaluations carry accuracy against labels."""
     from PIL import Image
 
     from ..artifacts.evaluation import EvalSummary, EvaluatedModel, MetricInfo
@@ -110,7 +116,7 @@ def write_inputs(root: str | Path, *, model: str = "ppocr_det", sites: Sequence[
     variants = ["fp32", "deployed", "candidate", "deployed@fp32-thresholds", "candidate@fp32-thresholds"]
     edges = np.linspace(0.0, 1.0, 51)
     for si, site in enumerate(sites):
-        q = QUALITY.get(site, {"deployed": 0.85, "candidate": 0.75})
+        q = dict((quality if quality is not None else QUALITY).get(site, {"deployed": 0.85, "candidate": 0.75}))
         site_dir = root / "site_sets" / site
         camera, lighting = site.split("-") if "-" in site else (site, "")
         rows: list[dict[str, Any]] = []
@@ -122,7 +128,9 @@ def write_inputs(root: str | Path, *, model: str = "ppocr_det", sites: Sequence[
                 img = (rng.uniform(0, 1, (image_size, image_size, 3)) * (60 if "night" in site else 220)).astype(np.uint8)
                 (site_dir / "images").mkdir(parents=True, exist_ok=True)
                 Image.fromarray(img).save(site_dir / name, quality=70)
-            r, d, s = _site_rows(rng, q, name, [_box(rng, image_size) for _ in range(3)], variants)
+            r, d, s = _site_rows(rng, q, name, [_box(rng, image_size) for _ in range(3)], variants, (items or {}).get(site, 3))
+            if not labelled:
+                r = [{k: v for k, v in row.items() if not k.startswith("gt_")} for row in r]
             rows += r
             dets[name] = d
             for v in hist:
@@ -135,10 +143,37 @@ def write_inputs(root: str | Path, *, model: str = "ppocr_det", sites: Sequence[
                     fp32_model_digest="ab" * 32, task=task.name, task_options=task.options(), primary_metric=task.primary_metric().name,
                     metrics=tuple([MetricInfo(m.name, m.label, "agreement", m.higher_is_better, m.description) for m in task.AGREEMENT]
                                   + [MetricInfo(m.name, m.label, "accuracy", m.higher_is_better, m.description) for m in task.ACCURACY]),
-                    item=task.ITEM, scores=task.SCORES, labelled=True, images=images_per_site, fp32_thresholds=task.thresholds(),
-                    variants=summarize_rows(rows, variants, task, True),
+                    item=task.ITEM, scores=task.SCORES, labelled=labelled, images=images_per_site, fp32_thresholds=task.thresholds(),
+                    variants=summarize_rows(rows, variants, task, labelled),
                     models={r: EvaluatedModel(rec.fingerprint, ts.binding.quantized_model_digest, rec.set_name, ts.fingerprint, dict(ts.values),
                                               dict(ts.fp32_values), {k: v.decision_value for k, v in ts.integer_domain.items()})
                             for r, (rec, ts) in roles.items()}).save(out / "summary.json")
         _drift(site, si, images_per_site, camera, lighting, roles["deployed"][0].fingerprint).save(work / "drift" / f"{site}.json")
     return {"work": work, "site_sets": root / "site_sets"}
+
+
+def write_verification(work: str | Path, runtimes: Mapping[str, str], *, sites: Sequence[str] = ("cam1-day", "cam1-night", "cam2-day")) -> Path:
+    """Write ``work/verify.json`` for the deployed bundle of a :func:`write_inputs` tree: runtime -> ``verified``
+    (everything agrees), ``numbers`` (decisions agree, a golden output differs: deployable with a warning),
+    ``failed`` (decisions disagree: not deployable) or ``absent`` (not installed)."""
+    from ..artifacts.record import CalibrationRecord
+    from ..artifacts.thresholds import ThresholdSet
+    from ..artifacts.verification import DeploymentVerification, RuntimeResult, SiteAgreement
+
+    work = Path(work)
+    rec = CalibrationRecord.load(work / "quantize" / "deployed")
+    ts = ThresholdSet.load(work / "thresholds" / "deployed.json")
+    results = []
+    for name, state in runtimes.items():
+        if state == "absent":
+            results.append(RuntimeResult(name, False))
+            continue
+        agree = 1.0 if state != "failed" else 0.6
+        fails = {"verified": (), "numbers": ("[output] 0001 prob: 6.25% of elements beyond 2 steps",),
+                 "failed": ("[decision] 0001: box F1 0.60 < 1.00 vs the simulation's decisions",)}[state]
+        results.append(RuntimeResult(name, True, "1.0", f"{name} 1.0", {}, state == "verified", fails, 0.98,
+                                     tuple(SiteAgreement(s, f"{i:02d}" * 32, 8, "box_f1", agree, 24, 24, 8 if agree == 1.0 else 3)
+                                           for i, s in enumerate(sites)),
+                                     state != "failed", "'conv3_out' (Conv 'conv3')" if state == "numbers" else ""))
+    v = DeploymentVerification("quantkit-bundle-0123456789abcdef.tar", "12" * 32, rec.fingerprint, ts.fingerprint, "db_text", tuple(results))
+    return v.save(work / "verify.json")

@@ -1,9 +1,14 @@
 """The decision for a quality lead, in plain words (what to do first, then the facts behind it).
 
-* **switch to candidate**: the candidate is green on every site set (and, when the deployed model is green
-  everywhere too, agrees with FP32 more closely on average);
-* **keep deployed**: the deployed model is green on every site set and no candidate does better;
-* **needs review**: the deployed model is amber or red somewhere and the candidate does not fix every site set.
+* **switch to candidate**: the candidate is green on every site set and either green where the deployed model is
+  not, or (both green everywhere) closer to FP32 by more than the images can explain: the paired bootstrap
+  interval of the improvement on the same images (:mod:`.paired`) excludes 0;
+* **keep deployed**: the deployed model is green on every site set and no candidate does materially better
+  ("no material difference; keep the deployed model", with the interval that includes 0);
+* **needs review**: the deployed model is amber or red somewhere and the candidate does not fix every site set, or
+  something the pipeline knows makes the deployed model doubtful: its bundle is not deployable on a target runtime
+  (``verify.json``), or FP32 itself fails on a site set (against its labels) or loses most of its detections there
+  (against the calibration condition), which agreement with FP32 cannot show.
 
 A candidate with the deployed model's record fingerprint is the deployed calibration itself (e.g. right after
 deploying): nothing is compared and the deployed model is judged alone. Image changes (drift) are worded the same
@@ -18,8 +23,10 @@ import numpy as np
 
 from ..artifacts.drift import DriftResult
 from ..artifacts.evaluation import MetricInfo
+from ..artifacts.verification import DeploymentVerification
 from .config import ReportConfig
 from .model import STATUS_CODE, ShiftMetrics, SiteReport
+from .paired import PairedDifference
 
 _LIGHTING = {"brightness_mean", "brightness_p5", "brightness_p50", "brightness_p95", "contrast_rms", "clip_dark", "clip_bright"}
 _CAMERA = {"width", "height", "sharpness_lapvar", "noise_sigma", "saturation_mean", "cast_rg", "cast_bg"}
@@ -112,6 +119,90 @@ def fp32_fails(site: SiteReport, metrics: Sequence[MetricInfo], cfg: ReportConfi
     return (judged.name, value) if value == value and value < cfg.fp32_min_accuracy else None
 
 
+def reference_sites(sites: Sequence[SiteReport], calibration: tuple[str, str]) -> list[SiteReport]:
+    """The site sets taken under the deployed model's calibration condition: same ``(camera, lighting)`` as its
+    calibration set; else those whose images did not change vs the calibration set (drift "no change"); else none."""
+    same = [s for s in sites if calibration[0] and (s.camera, s.lighting) == calibration]
+    return same or [s for s in sites if s.drift is not None and not s.drift.changed]
+
+
+def fp32_loses_detections(site: SiteReport, references: Sequence[SiteReport], cfg: ReportConfig) -> tuple[float, SiteReport] | None:
+    """``(ratio, reference)`` when FP32 finds fewer than ``cfg.fp32_min_detection_ratio`` times the detections per
+    image on ``site`` than on the reference site set with the most (:func:`reference_sites`); None otherwise, for a
+    reference itself, or without references. A model blind on a site set agrees with FP32 there by finding nothing
+    too, so agreement alone would call it green."""
+    fp32 = site.variant("fp32")
+    refs = [(r.variant("fp32"), r) for r in references if r.name != site.name and r.variant("fp32") is not None]
+    if fp32 is None or not refs or site.name in {r.name for r in references}:
+        return None
+    best, ref = max(refs, key=lambda x: x[0].detections_per_image)  # type: ignore[union-attr]
+    if best is None or best.detections_per_image <= 0:
+        return None
+    ratio = fp32.detections_per_image / best.detections_per_image
+    return (ratio, ref) if ratio < cfg.fp32_min_detection_ratio else None
+
+
+def fp32_concerns(sites: Sequence[SiteReport], metrics: Sequence[MetricInfo], item: str, calibration: tuple[str, str], cfg: ReportConfig) -> list[str]:
+    """Site sets where FP32 itself is doubtful, in words: against the labels where the set has them
+    (:func:`fp32_fails`), else by its detections per image against the calibration condition (:func:`fp32_loses_detections`)."""
+    out, refs = [], reference_sites(sites, calibration)
+    for s in sites:
+        if s.labelled:
+            failing = fp32_fails(s, metrics, cfg)
+            if failing is not None:
+                out.append(f"FP32 itself fails on {s.name} against its labels (below)")
+            continue
+        lost = fp32_loses_detections(s, refs, cfg)
+        if lost is not None:
+            ratio, ref = lost
+            fewer = f"{1 / ratio:.1f}x fewer" if ratio > 0 else "no"
+            out.append(f"FP32 itself finds {fewer} {plural(item)} per image on {s.name} ({s.variant('fp32').detections_per_image:.2f}) "  # type: ignore[union-attr]
+                       f"than on {ref.name} ({ref.variant('fp32').detections_per_image:.2f}, the calibration condition), so agreeing with "  # type: ignore[union-attr]
+                       f"FP32 there cannot show what the model misses; check those images or the model before trusting green")
+    return out
+
+
+def verification_facts(v: DeploymentVerification | None, role: str = "deployed") -> tuple[list[str], list[str]]:
+    """``(concerns, facts)`` of the ``role`` bundle's deployment verification (``verify.json``).
+
+    A runtime where the bundle is not deployable (its decisions disagree, or it failed to load or run) is a concern;
+    a runtime where the decisions agree but the numbers differ from the QDQ simulation is a fact (a warning for
+    engineers, naming the first diverging tensor); a runtime not installed where verify ran is a fact. Without a
+    verification: "not verified". ``RuntimeResult.deployable`` is None in files written before it existed: then the
+    runtime's ``verified`` answers."""
+    if v is None:
+        return [], [f"The {role} bundle is not verified: no verify.json in the model's work folder (the pipeline's verify stage writes it)."]
+    concerns, facts, ok = [], [], []
+    for r in v.runtimes:
+        name = r.label or r.runtime
+        if not r.installed:
+            facts.append(f"{r.runtime} was not installed where verify ran: the {role} bundle is not verified on it.")
+            continue
+        deployable = r.verified if r.deployable is None else r.deployable
+        if not deployable:
+            first = f" ({r.failures[0]})" if r.failures else ""
+            concerns.append(f"the {role} bundle failed verification on {name}{first}")
+        elif not r.verified:
+            where = f"; first diverging tensor {r.divergence}" if r.divergence else ""
+            facts.append(f"Warning for engineers: on {name} the {role} bundle's decisions agree with the simulation but its numbers "
+                         f"differ{where}; it is deployable.")
+            ok.append(name)
+        else:
+            ok.append(name)
+    if ok:
+        agree = "; ".join(f"{s.site_set} {s.metric.replace('_', ' ')} {s.value:.2f} over {s.images} images"
+                          for r in v.runtimes if (r.label or r.runtime) == ok[0] for s in r.sites)
+        facts.insert(0, f"The {role} bundle is deployable on {_names(ok)}" + (f" (decisions vs FP32 on {ok[0]}: {agree})." if agree else "."))
+    return concerns, facts
+
+
+def paired_words(per_site: Sequence[PairedDifference], label: str) -> str:
+    """One sentence: candidate minus deployed per site set on the same images, each with its interval and images."""
+    parts = [f"{p.sites[0]} {p.difference:+.3f} ({100 * p.confidence:.0f}% interval {p.ci[0]:+.3f} to {p.ci[1]:+.3f}, {p.images} images)"
+             for p in per_site]
+    return f"Candidate minus deployed on the same images ({label}, paired bootstrap): " + "; ".join(parts) + "."
+
+
 def _facts(sites: Sequence[SiteReport], dep: dict[str, ShiftMetrics | None], primary: MetricInfo, metrics: Sequence[MetricInfo], item: str,
            deployed_cal: str, cfg: ReportConfig) -> list[str]:
     facts = []
@@ -134,12 +225,39 @@ def _facts(sites: Sequence[SiteReport], dep: dict[str, ShiftMetrics | None], pri
 
 
 def verdict(sites: Sequence[SiteReport], primary: MetricInfo, item: str, deployed_cal: str, candidate_cal: str | None, cfg: ReportConfig,
-            *, metrics: Sequence[MetricInfo], same_calibration: bool = False) -> tuple[str, list[str]]:
+            *, metrics: Sequence[MetricInfo], same_calibration: bool = False, paired: PairedDifference | None = None,
+            paired_sites: Sequence[PairedDifference] = (), verification: DeploymentVerification | None = None,
+            with_verification: bool = False, calibration: tuple[str, str] = ("", "")) -> tuple[str, list[str]]:
     """Decision (one of :data:`quantkit.report.model.DECISIONS`) and plain sentences: the first says what to do and
     why, the others give the facts (sample sizes and 95% bootstrap CIs) and the commands that carry it out.
 
     ``metrics``: the task's metrics (:attr:`quantkit.artifacts.EvalSummary.metrics`, in the adapter's order with their
-    direction); FP32's accuracy on labelled site sets is judged by :func:`fp32_accuracy_metric` of them."""
+    direction); FP32's accuracy on labelled site sets is judged by :func:`fp32_accuracy_metric` of them.
+    ``paired``: candidate minus deployed of the primary metric over every site set on the same images
+    (:func:`quantkit.report.paired.paired_difference`), ``paired_sites`` the same per site set; without ``paired``
+    two green models are never told apart. ``verification``: the deployed bundle's ``verify.json`` when
+    ``with_verification`` (None then says "not verified"; the report always passes it). ``calibration``:
+    the deployed calibration set's ``(camera, lighting)``, the condition FP32's detections are compared against."""
+    decision, lines = _decide(sites, primary, item, deployed_cal, candidate_cal, cfg, metrics=metrics, same_calibration=same_calibration,
+                              paired=paired, paired_sites=paired_sites)
+    v_concerns, v_facts = verification_facts(verification) if with_verification else ([], [])
+    f_concerns = fp32_concerns(sites, metrics, item, calibration, cfg)
+    if decision == "needs review":  # labelled FP32 failures are in the headline already ("FP32 itself fails on X (below)")
+        f_concerns = [c for c in f_concerns if not c.endswith("against its labels (below)")]
+    concerns = v_concerns + f_concerns
+    if concerns and decision == "keep deployed":
+        decision, lines = "needs review", [f"Needs review: {'; '.join(concerns)}.", f"Apart from that: {lines[0]}", *lines[1:]]
+    elif concerns and decision == "switch to candidate" and f_concerns:
+        decision, lines = "needs review", [f"Needs review: {'; '.join(concerns)}.", f"Apart from that: {lines[0]}", *lines[1:]]
+    elif concerns:
+        lines = [lines[0], f"Also: {'; '.join(concerns)}.", *lines[1:]]
+    return decision, [*lines[:1 + bool(concerns)], *v_facts, *lines[1 + bool(concerns):]]
+
+
+def _decide(sites: Sequence[SiteReport], primary: MetricInfo, item: str, deployed_cal: str, candidate_cal: str | None, cfg: ReportConfig,
+            *, metrics: Sequence[MetricInfo], same_calibration: bool, paired: PairedDifference | None,
+            paired_sites: Sequence[PairedDifference]) -> tuple[str, list[str]]:
+    """The decision from agreement with FP32 alone (see :func:`verdict`)."""
     dep = {s.name: s.variant("deployed") for s in sites}
     cand = {s.name: s.variant("candidate") for s in sites}
     bad = [n for n, m in dep.items() if m and m.status != "green"]
@@ -163,19 +281,31 @@ def verdict(sites: Sequence[SiteReport], primary: MetricInfo, item: str, deploye
     md, mc = _mean(dep, primary), _mean(cand, primary)
     deploy_cmd = (f"To deploy it: set calibrations.deployed.calibration_set to the candidate's calibration set ({candidate_cal}) in params.yaml, "
                   "run 'dvc repro', review 'dvc metrics diff', and commit.")
-    if cand_green and (bad or mc > md + 1e-9):
+    material = paired is not None and paired.better
+    if cand_green and bad:
         decision = "switch to candidate"
-        why = f"fixes {_names(fixes)}" if fixes else f"agrees more closely (mean {short(primary)} {mc:.2f} vs {md:.2f})"
-        head = f"Switch to the candidate (calibrated on {candidate_cal}): it agrees with FP32 on every site set and {why}."
+        head = f"Switch to the candidate (calibrated on {candidate_cal}): it agrees with FP32 on every site set and fixes {_names(fixes or bad)}."
+    elif cand_green and material:
+        decision = "switch to candidate"
+        head = (f"Switch to the candidate (calibrated on {candidate_cal}): both models agree with FP32 on every site set and the candidate "
+                f"agrees more closely (mean {short(primary)} {paired.candidate:.2f} vs {paired.deployed:.2f}, {paired.words()}; "  # type: ignore[union-attr]
+                "the interval excludes 0).")
     elif not bad:
         decision = "keep deployed"
         if breaks:
-            tail = f"{recal} would break {_names(breaks)}"
+            head = f"Keep deployed: the deployed model agrees with FP32 on every site set; {recal} would break {_names(breaks)}."
+        elif cand_green and paired is not None:
+            why = ("the interval lies below 0: the candidate is materially worse" if paired.worse else
+                   "the interval includes 0: the difference is within what the choice of images explains")
+            head = (f"No material difference; keep the deployed model: both agree with FP32 on every site set; the candidate "
+                    f"(calibrated on {candidate_cal}) has mean {short(primary)} {paired.candidate:.3f} against the deployed model's "
+                    f"{paired.deployed:.3f}, {paired.words()}; {why}.")
         elif cand_green:
-            tail = f"the candidate (calibrated on {candidate_cal}) is green too but no closer (mean {short(primary)} {mc:.2f} vs {md:.2f})"
+            head = (f"No material difference; keep the deployed model: both agree with FP32 on every site set (mean {short(primary)} "
+                    f"{mc:.2f} vs {md:.2f}), and without a per-image comparison of the two the difference cannot be judged.")
         else:
-            tail = f"the candidate (calibrated on {candidate_cal}) is not green on {_names(still)}"
-        head = f"Keep deployed: the deployed model agrees with FP32 on every site set; {tail}."
+            head = (f"Keep deployed: the deployed model agrees with FP32 on every site set; the candidate (calibrated on {candidate_cal}) "
+                    f"is not green on {_names(still)}.")
     else:
         decision = "needs review"
         fixed, better = [n for n in fixes if n not in still], [n for n in fixes if n in still]  # green now / better, not green
@@ -193,6 +323,8 @@ def verdict(sites: Sequence[SiteReport], primary: MetricInfo, item: str, deploye
     moves = [f"{n} {dep[n].status} → {c.status} ({short(primary)} {dep[n].agreement.get(primary.name, float('nan')):.2f} → "  # type: ignore[union-attr]
              f"{c.agreement.get(primary.name, float('nan')):.2f})" for n, c in cand.items() if c and dep[n]]
     lines = [head, *facts, f"The candidate (calibrated on {candidate_cal}): " + "; ".join(moves) + "."]
+    if paired_sites:
+        lines.append(paired_words(paired_sites, short(primary)))
     changed = [f"{n} {100 * c.detection_change:+.0f}%" for n, c in cand.items() if c and abs(c.detection_change) > cfg.max_detection_change]
     if changed:
         lines.append(f"The candidate's {plural(item)} per image vs FP32: " + ", ".join(changed) + ".")

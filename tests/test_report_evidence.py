@@ -1,0 +1,142 @@
+"""The shift report's evidence: a switch needs a paired interval (or a site set the candidate fixes), and what the
+pipeline knows (verification, FP32 going blind) is named in the verdict. Each verdict branch is built from small
+synthetic artifacts (quantkit.report.synthetic)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from quantkit.errors import BindingMismatchError, InputFileError
+from quantkit.report import ModelInputs, ReportConfig, build_report
+from quantkit.report.paired import paired_difference
+from quantkit.report.synthetic import write_inputs, write_verification
+from quantkit.thresholds.stats import bootstrap_ratio
+
+BOTH_GREEN = {"cam1-day": {"deployed": 0.95, "candidate": 0.95}, "cam1-night": {"deployed": 0.94, "candidate": 0.94},
+              "cam2-day": {"deployed": 0.95, "candidate": 0.95}}
+
+
+def _frame(rows: dict[str, tuple[np.ndarray, np.ndarray]]) -> pd.DataFrame:
+    out = []
+    for variant, (num, den) in rows.items():
+        out += [{"image": f"{i:03d}.jpg", "variant": variant, "inter": a, "union": b} for i, (a, b) in enumerate(zip(num, den))]
+    return pd.DataFrame(out)
+
+
+def test_pairing_sees_a_small_consistent_gain_that_two_separate_intervals_hide():
+    rng = np.random.default_rng(1)
+    den = np.full(30, 1000.0)
+    dep = rng.uniform(0.6, 1.0, 30) * den  # images differ a lot from each other ...
+    cand = dep + 10.0  # ... but the candidate gains 0.01 on every one of them
+    frame = _frame({"deployed": (dep, den), "candidate": (cand, den)})
+    p = paired_difference({"site": frame}, "iou", "inter", "union")
+    assert p.difference == pytest.approx(0.01) and p.images == 30 and p.better and not p.worse
+    separate = [bootstrap_ratio(x, den, resamples=1000, seed=0, confidence=0.95, empty=1.0, factor=1.0).ci for x in (dep, cand)]
+    assert separate[1][0] < separate[0][1]  # the per-model intervals overlap: they could not tell
+    assert paired_difference({"site": frame}, "iou", "inter", "union") == p  # fixed seed: the same report every time
+    assert re.fullmatch(r"a difference of \+0\.010 \(95% interval \+0\.0\d\d to \+0\.0\d\d, paired bootstrap over the same 30 images of site\)",
+                        p.words())
+
+
+def test_only_images_both_models_saw_are_compared_and_a_missing_count_is_named():
+    den = np.full(6, 10.0)
+    frame = _frame({"deployed": (np.full(6, 9.0), den), "candidate": (np.full(6, 8.0), den)})
+    frame = frame[~((frame["variant"] == "candidate") & (frame["image"] == "005.jpg"))]
+    p = paired_difference({"a": frame, "b": frame}, "iou", "inter", "union")
+    assert p.images == 10 and p.sites == ("a", "b") and p.difference == pytest.approx(-0.1) and p.worse
+    with pytest.raises(InputFileError, match=r"^a: per_image.csv has no 'tp'/'union' counts for deployed; rerun 'quantkit evaluate'$"):
+        paired_difference({"a": frame}, "f1", "tp", "union")
+
+
+def _model(tmp_path: Path, **kw) -> ModelInputs:
+    p = write_inputs(tmp_path / "in", images_per_site=8, write_images=False, **kw)
+    return ModelInputs.from_work_dir(p["work"], site_sets=p["site_sets"])
+
+
+def test_two_green_models_without_a_material_difference_keep_the_deployed_one(tmp_path):
+    m = build_report([_model(tmp_path, quality=BOTH_GREEN)]).models[0]
+    overall = m.evidence[0]
+    assert overall.ci[0] <= 0 <= overall.ci[1] and overall.images == 24 and len(m.evidence) == 4  # all sets, then each
+    assert m.decision == "keep deployed"
+    assert m.verdict[0].startswith("No material difference; keep the deployed model: both agree with FP32 on every site set")
+    assert overall.words() in m.verdict[0] and "of 3 site sets" in m.verdict[0] and "the interval includes 0" in m.verdict[0]
+    assert any(v.startswith("Candidate minus deployed on the same images (pixel IoU, paired bootstrap): cam1-day ") for v in m.verdict)
+
+
+def test_a_candidate_closer_by_more_than_the_images_explain_is_a_switch(tmp_path):
+    better = {s: {"deployed": 0.92, "candidate": 0.97} for s in BOTH_GREEN}
+    m = build_report([_model(tmp_path, quality=better)]).models[0]
+    assert m.evidence[0].better
+    assert m.decision == "switch to candidate" and "the interval excludes 0" in m.verdict[0] and m.evidence[0].words() in m.verdict[0]
+    assert any(v.startswith("To deploy it:") for v in m.verdict)
+
+
+def test_a_candidate_green_where_the_deployed_model_is_not_is_a_switch(tmp_path):
+    fixes = {**BOTH_GREEN, "cam1-night": {"deployed": 0.84, "candidate": 0.95}}
+    m = build_report([_model(tmp_path, quality=fixes)]).models[0]
+    assert m.site("cam1-night").variant("deployed").status != "green"
+    assert m.decision == "switch to candidate" and "fixes cam1-night" in m.verdict[0]
+
+
+def test_verification_is_named_and_a_failed_one_changes_the_verdict(tmp_path):
+    inputs = _model(tmp_path, quality=BOTH_GREEN)
+    assert any(v.startswith("The deployed bundle is not verified: no verify.json") for v in build_report([inputs]).models[0].verdict)
+    write_verification(inputs.eval_dir.parent, {"onnxruntime": "verified", "openvino": "failed"})
+    m = build_report([inputs]).models[0]
+    assert m.decision == "needs review" and m.verdict[0].startswith("Needs review: the deployed bundle failed verification on openvino 1.0 ([decision] 0001:")
+    assert m.verdict[1].startswith("Apart from that: No material difference; keep the deployed model")
+    assert any(v.startswith("The deployed bundle is deployable on onnxruntime 1.0 (decisions vs FP32 on onnxruntime 1.0: cam1-day box f1 1.00 over 8 images") for v in m.verdict)
+    assert build_report([inputs]).to_dict()["models"]["ppocr_det"]["verified"] is False
+
+
+def test_a_numeric_mismatch_alone_is_a_warning_naming_the_tensor(tmp_path):
+    inputs = _model(tmp_path, quality=BOTH_GREEN)
+    write_verification(inputs.eval_dir.parent, {"onnxruntime": "numbers", "openvino": "absent"})
+    m = build_report([inputs]).models[0]
+    assert m.decision == "keep deployed" and m.verdict[0].startswith("No material difference")
+    assert ("Warning for engineers: on onnxruntime 1.0 the deployed bundle's decisions agree with the simulation but its numbers differ; "
+            "first diverging tensor 'conv3_out' (Conv 'conv3'); it is deployable.") in m.verdict
+    assert "openvino was not installed where verify ran: the deployed bundle is not verified on it." in m.verdict
+
+
+def test_a_verification_of_another_bundle_is_refused(tmp_path):
+    inputs = _model(tmp_path, quality=BOTH_GREEN)
+    path = write_verification(inputs.eval_dir.parent, {"onnxruntime": "verified"})
+    path.write_text(path.read_text().replace(build_report([inputs]).models[0].provenance["deployed"]["record"], "f" * 64))
+    with pytest.raises(BindingMismatchError, match=r"verify.json: verifies a bundle of record ffffffffffff .* rebuild and verify the bundle"):
+        build_report([inputs])
+
+
+def test_fp32_going_blind_on_an_unlabelled_site_is_named_and_needs_review(tmp_path):
+    m = build_report([_model(tmp_path, quality=BOTH_GREEN, items={"cam1-night": 0}, labelled=False)]).models[0]
+    night, day = (m.site(s).variant("fp32").detections_per_image for s in ("cam1-night", "cam1-day"))
+    assert night < 0.5 * day and all(x.status == "green" for s in m.sites for x in s.metrics)  # agreement alone says green
+    assert m.decision == "needs review"
+    assert re.match(r"Needs review: FP32 itself finds (\d+\.\dx fewer|no) text regions per image on cam1-night \(\d\.\d\d\) than on cam1-day "
+                    r"\(\d\.\d\d, the calibration condition\)", m.verdict[0])
+    ok = build_report([_model(tmp_path / "ok", quality=BOTH_GREEN, labelled=False)]).models[0]
+    assert ok.decision == "keep deployed" and "FP32 itself" not in " ".join(ok.verdict)
+    assert ReportConfig(fp32_min_detection_ratio=0.0).fp32_min_detection_ratio == 0.0
+
+
+def test_html_explains_its_words_and_shows_commands_to_copy(tmp_path):
+    from quantkit.report.glossary import TERMS
+    from quantkit.report.render import render_html, render_markdown
+
+    better = {s: {"deployed": 0.92, "candidate": 0.97} for s in BOTH_GREEN}
+    report = build_report([_model(tmp_path, quality=better)])
+    html, md = render_html(report), render_markdown(report)
+    verdict_box = html[html.index('<div class="verdict'):html.index("<h2>At a glance")]
+    assert verdict_box.count('<div class="cmd"><pre>') == 2 and verdict_box.count('class="copy"') == 2  # dvc repro, dvc metrics diff
+    assert "```bash\ndvc repro\ndvc metrics diff\n```" in md
+    glossary = html[html.index('<h2 id="glossary">'):html.index("<h2>Provenance")]
+    terms = re.findall(r"<dt>(.*?)</dt>", glossary)
+    assert len(terms) == len(set(terms)) and {t for t, _ in TERMS} <= set(terms)
+    for term in ("pixel IoU", "text region F1", "PSI", "KS", "W1 / Wasserstein", "confidence interval (CI)", "calibration", "INT8", "FP32", "candidate"):
+        assert term in terms, term
+    assert not re.search(r"\d ms\b", html) and ReportConfig().candidate_latency is False  # timings live in machine/*.js only
