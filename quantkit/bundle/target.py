@@ -32,6 +32,7 @@ import numpy as np
 from ..errors import ModelError
 from ..progress import progress
 from ..runtimes import RuntimeInfo, deployment_options, make_runtime, runtime_class
+from ..tasks import make_adapter
 from ..runtimes.localize import Divergence, StoredReference, bound_target, compare_tensor, localize
 from ..runtimes.precision import PrecisionSummary, integer_share
 from .archive import ExtractedBundle
@@ -180,7 +181,7 @@ def fp32_bound(thresholds: Any, simulated: float) -> float:
     least as well as what was bound)."""
     op = getattr(thresholds, "operating_point", None)
     est = op.primary() if op is not None else None
-    metric = thresholds.make_adapter().decision_metric().name
+    metric = make_adapter(thresholds.adapter, thresholds.adapter_options()).decision_metric().name
     if est is not None and op.primary_metric == metric:
         return min(float(est.ci[0]), simulated)
     return simulated
