@@ -32,7 +32,7 @@ def _cfg(**kw):
 def env(tmp_path_factory):
     root = tmp_path_factory.mktemp("fallback")
     intake, cset = make_tiny_intake(root / "intake", size=16), make_set(root / "set", 4, size=24)
-    quantize(intake, StaticQuantConfig(), out=root / "base", calibration_set=cset)
+    quantize(intake, StaticQuantConfig(per_channel=False), out=root / "base", calibration_set=cset)  # per-tensor: below the targets
     return root, intake, cset
 
 

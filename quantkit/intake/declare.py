@@ -121,15 +121,16 @@ def probe_io(model_path: str | os.PathLike[str], input_size: tuple[int, int] | N
 def _run_once(model: Any, input_name: str, shape: tuple[int, ...], path: str) -> dict[str, tuple[int | None, ...]]:
     """Output shapes from one ONNX Runtime run on zeros (float32) of ``shape``."""
     import numpy as np
-    import onnxruntime as ort
+
+    from ..runtimes import make_runtime
 
     try:
-        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-        outs = sess.run(None, {input_name: np.zeros(shape, np.float32)})
+        with make_runtime("onnxruntime", model) as rt:
+            outs = rt.infer({input_name: np.zeros(shape, np.float32)})
     except Exception as e:  # noqa: BLE001  (ORT raises its own exception types)
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         raise ModelError(f"{path}: ONNX Runtime cannot run the model at input {list(shape)} ({first}); check --input-size") from None
-    return {o.name: tuple(int(d) for d in a.shape) for o, a in zip(sess.get_outputs(), outs)}
+    return {name: tuple(int(d) for d in a.shape) for name, a in outs.items()}
 
 
 def plan_model_entry(name: str, model_path: str | os.PathLike[str], params_path: str | os.PathLike[str], *,
