@@ -166,8 +166,12 @@ def _score(args: argparse.Namespace) -> int:
     _check_scores_dir(args.out, inputs)
     if args.run_info is not None:
         check_output_file(args.run_info, _kinds()["run_info"], inputs=inputs, flag="--run-info")
-    res = score_fleet(args.manifest, fp32, quantized, thresholds, args.calibration_set, args.out, cfg,
-                      scheduler=args.scheduler, task=task, run_info=args.run_info)
+    try:
+        res = score_fleet(args.manifest, fp32, quantized, thresholds, args.calibration_set, args.out, cfg,
+                          scheduler=args.scheduler, task=task, run_info=args.run_info)
+    except KeyboardInterrupt as e:  # score_fleet named the finished shards in e.kept; the same command line resumes
+        e.resume = True  # type: ignore[attr-defined]
+        raise
     if args.json:
         sys.stdout.write(json.dumps(res.to_dict(), indent=2, sort_keys=True) + "\n")
     else:
