@@ -185,6 +185,8 @@ def test_cli_writes_json_and_table(sets, tmp_path, capsys):
     assert main(["drift", str(sets["night"]), "--calibration-set", str(sets["calib"]), "--no-clipping", "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "CHANGED" in text and "brightness" in text
+    # the advice table's action, conditional on what only the shift report knows (whether the model still agrees)
+    assert "  what to do: recalibrate if the deployed model no longer agrees with FP32 (the shift report says): the lighting changed; " in text
     assert json.loads(out.read_text())["changed"] is True
 
 

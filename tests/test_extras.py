@@ -46,11 +46,11 @@ def test_fleet_sketch_without_datasketches(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_fleet_score_without_dask_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    from quantkit.fleet import score
+    from quantkit.fleet import cluster
 
     monkeypatch.setitem(sys.modules, "distributed", None)
     with pytest.raises(MissingExtraError, match=r"quantkit fleet needs distributed, .*quantkit\[fleet\]"):
-        score._client(1, None)
+        cluster.start_client(1, None)
 
 
 def test_demo_model_without_rapidocr(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -235,6 +235,13 @@ def test_verdict_says_what_to_do_first():
     assert d == "keep deployed" and lines[0].startswith("Keep deployed: the candidate is the deployed calibration, nothing to compare;")
     d, lines = v([_site("day", (0.95, "green"), (0.95, "green")), _site("night", (0.7, "red"), (0.7, "red"))], "day", same_calibration=True)
     assert d == "needs review" and "the deployed model disagrees with FP32 on night (pixel IoU 0.70, red)" in lines[0]
+    # what to do follows the cause -> action table: nothing moved is quantization loss, never "recalibrate"
+    quiet = _site("day", (0.8, "amber"), drift=_drift(StatisticChange("brightness_mean", 120.0, 121.0, 0.01, 0, False), changed=False))
+    d, lines = v([quiet, _site("night", (0.7, "red"), drift=NIGHT), _site("cam2", (0.7, "red"), drift=CAMERA)], None)
+    assert d == "needs review" and "recalibrate" not in lines[0].split("quantization loss for day")[1].split(";")[0]
+    assert "quantization loss for day (no image statistic moved, yet INT8 disagrees with FP32): recover accuracy in the quantization" in lines[0]
+    assert "recalibrate for night (the lighting changed): compose a calibration set" in lines[0]
+    assert "check camera for cam2 (the image lost more sharpness than its contrast explains: defocus or a blurred lens): service" in lines[0]
     d, lines = v([_site("day", (0.95, "green"), (0.95, "green")), _site("night", (0.7, "red"), (0.72, "red"))], "night")
     assert d == "needs review" and "recalibrating on night does not fix it" in lines[0]
     d, lines = v([_site("day", (0.95, "green"), (0.82, "amber")), _site("night", (0.7, "red"), (0.94, "green"))], "night")
@@ -299,10 +306,12 @@ def test_an_error_rate_alone_does_not_judge_fp32():
 def test_image_changes_use_the_drift_words_and_follow_the_model():
     unaffected = _site("cam2-day", (0.95, "green"), drift=CAMERA)
     assert drift_label(unaffected) == ("changed, model still agrees", "neutral")
-    assert drift_label(_site("cam2-day", (0.85, "amber"), drift=CAMERA)) == ("changed, recalibrate", "red")
+    assert drift_label(_site("cam2-day", (0.85, "amber"), drift=CAMERA)) == ("changed, check camera", "red")  # sharpness fell alone
+    assert drift_label(_site("cam1-night", (0.85, "amber"), drift=NIGHT)) == ("changed, recalibrate", "red")
     assert drift_label(_site("cam1-day", (0.95, "green"), drift=_drift(changed=False))) == ("no change", "green")
     d, lines = verdict([unaffected], PIXEL, "text region", "cam1-day", None, ReportConfig(), metrics=(PIXEL,))
-    assert d == "keep deployed" and "On cam2-day the images changed (the camera or its optics changed (sharpness fell 68%)) but the deployed model still agrees" in lines[1]
+    assert d == "keep deployed" and ("On cam2-day the images changed (the image lost more sharpness than its contrast explains: defocus or a "
+                                     "blurred lens (sharpness fell 68%)) but the deployed model still agrees") in lines[1]
     assert cause(NIGHT) == "the lighting changed (brightness fell 70%)"  # "blown-out pixels changed from 0 to 0" says nothing
     # less light also lowers sharpness and raises noise: still a lighting change, not a camera swap
     lit = _drift(*(StatisticChange(n, 1.0, 0.5, -0.5, 3, True, 0.5) for n in ("brightness_mean", "noise_sigma", "sharpness_lapvar")))

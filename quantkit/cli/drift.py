@@ -34,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from ..artifacts.drift import DriftResult
     from ..config import config_from_params
     from ..drift import PLAIN_NAMES, DriftConfig, check_drift
+    from ..drift.advice import diagnose_result
     from ..errors import InputFileError
 
     cfg = config_from_params(DriftConfig, args.params, "drift")
@@ -61,6 +62,10 @@ def run(args: argparse.Namespace) -> int:
         out.append(f"  clipping: {100 * k.rate:.3f}% vs baseline {100 * k.baseline:.3f}% (threshold {100 * k.threshold:.3f}%)"
                    f"{' MOVED' if k.moved else ''}")
     out.extend(f"  - {r}" for r in result.reasons)
+    if result.changed:  # the cause -> action table (quantkit.drift.advice); a change of light matters only if the model disagrees
+        found = diagnose_result(result)
+        when = "" if found.action.name in ("check-camera", "retrain") else " if the deployed model no longer agrees with FP32 (the shift report says)"
+        out.append(f"  what to do: {found.action.badge}{when}: {found.words}; {found.action.fix}")
     out.extend(f"  warning: {w}" for w in result.warnings)
     sys.stdout.write("\n".join(out) + "\n")
     return 0

@@ -166,8 +166,12 @@ def _score(args: argparse.Namespace) -> int:
     _check_scores_dir(args.out, inputs)
     if args.run_info is not None:
         check_output_file(args.run_info, _kinds()["run_info"], inputs=inputs, flag="--run-info")
-    res = score_fleet(args.manifest, fp32, quantized, thresholds, args.calibration_set, args.out, cfg,
-                      scheduler=args.scheduler, task=task, run_info=args.run_info)
+    try:
+        res = score_fleet(args.manifest, fp32, quantized, thresholds, args.calibration_set, args.out, cfg,
+                          scheduler=args.scheduler, task=task, run_info=args.run_info)
+    except KeyboardInterrupt as e:  # score_fleet named the finished shards in e.kept; the same command line resumes
+        e.resume = True  # type: ignore[attr-defined]
+        raise
     if args.json:
         sys.stdout.write(json.dumps(res.to_dict(), indent=2, sort_keys=True) + "\n")
     else:
@@ -180,6 +184,7 @@ def _score(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     from .._io import atomic_write_json
     from .._overwrite import check_output_file
+    from ..drift.advice import ACTIONS
     from ..fleet.check import check_fleet
     from ..fleet.config import load_fleet_config
 
@@ -199,7 +204,8 @@ def _check(args: argparse.Namespace) -> int:
         out = [res.verdict]
         for i, name in enumerate(res.ranked, 1):
             c = res.camera(name)
-            out.append(f"  {i:>2}. {c.camera} ({c.site}) {c.action} since {(c.since or '')[:10]}: {'; '.join(c.reasons)}")
+            badge = ACTIONS[c.action].badge if c.action in ACTIONS else c.action
+            out.append(f"  {i:>2}. {c.camera} ({c.site}) {badge} since {(c.since or '')[:10]}: {'; '.join(c.reasons)}")
         if res.truth is not None:
             out.append(f"  planted events: alert precision {res.truth['precision']:.2f}, recall {res.truth['recall']:.2f}")
         sys.stdout.write("\n".join(out) + "\n")

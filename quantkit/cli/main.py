@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import importlib
 import logging
+import shlex
 import signal
 import sys
 from typing import Any, Iterator, Sequence
@@ -60,6 +61,7 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
@@ -67,10 +69,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     logging.getLogger("quantkit.progress").setLevel(logging.INFO if args.verbose < 2 else logging.DEBUG)  # progress lines off a TTY
     with _sigterm_as_interrupt():
-        return _run(args)
+        return _run(args, argv)
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, argv: Sequence[str] = ()) -> int:
     try:
         return int(args.func(args) or 0)
     except QuantkitError as e:
@@ -83,10 +85,16 @@ def _run(args: argparse.Namespace) -> int:
         where = e.filename if e.filename is not None else "a path"
         print(f"quantkit {args.command}: error: {where}: {e.strerror or e}; check the path and its permissions", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as e:  # a command that leaves something for the next run names it in ``e.kept`` (one phrase)
+    except KeyboardInterrupt as e:
+        # A command that leaves something for the next run names it in ``e.kept`` (one phrase); one whose finished
+        # part is output that the same command line completes (fleet score's shards) also sets ``e.resume``.
         kept = getattr(e, "kept", "")
         how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
-        print(f"quantkit {args.command}: {how}; no output was written" + (f"; {kept}" if kept else ""), file=sys.stderr)
+        if kept and getattr(e, "resume", False):
+            line = f"{how}; {kept}; to resume, run: {shlex.join(['quantkit', *argv])}"
+        else:
+            line = f"{how}; no output was written" + (f"; {kept}" if kept else "")
+        print(f"quantkit {args.command}: {line}", file=sys.stderr)
         return 143 if isinstance(e, Terminated) else 130
     except Exception as e:  # a quantkit bug, not the user's input: one line, the traceback with -vv
         if args.verbose >= 2:

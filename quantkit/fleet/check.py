@@ -5,9 +5,11 @@ it with thresholds derived for that camera. A camera alerts from the first windo
 ``persistence`` consecutive alerting windows ("since"). Its reasons are plain words: the statistics
 that moved (medians before/after from the KLL sketches), INT8 agreement with FP32 and detections per
 image since then against its reference, clipping, and whether its images moved further from the
-deployed calibration set. The recommendation is ``recalibrate`` when INT8 agreement fell or the images
-moved further from the calibration set, else ``inspect`` (the images changed, INT8 still agrees).
-Cameras are ranked recalibrate first, then by severity (largest effect over its threshold).
+deployed calibration set. The action comes from the one cause -> action table
+(:func:`quantkit.drift.advice.diagnose`): a camera fault (defocus, sensor noise, exposure that collapsed or keeps
+drifting) is ``check-camera``; a change of light is ``recalibrate`` when INT8 agreement fell or the images moved
+further from the calibration set, else ``watch``. Cameras are ranked by action (most urgent first, the order of
+:data:`quantkit.drift.advice.ACTIONS`), then by severity (largest effect over its threshold).
 
 The result is a :class:`FleetCheck` (``check.json``) with site and fleet rollups, a verdict line for
 quality leads and flat DVC metrics; with a planted-truth file it also scores the alerts
@@ -27,6 +29,7 @@ import numpy as np
 from .._io import atomic_write_json, read_json
 from ..errors import CalibrationSetError, InputFileError
 from .camera import CameraJudge, WindowCheck, clip_rate, confirm_agreement, pooled, reference_windows, window_agreement
+from ..drift.advice import ACTIONS
 from .config import FleetCheckConfig
 from .decisions import primary_label
 from .store import ScoreStore
@@ -34,6 +37,10 @@ from .store import ScoreStore
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
+
+TO_DO = {"check-camera": "to check the camera", "retrain": "showing content the model never saw", "recalibrate": "to recalibrate",
+         "quantization-loss": "with quantization loss", "watch": "to watch", "none": "with nothing to do"}
+"""How the verdict counts the cameras of each action (:data:`quantkit.drift.advice.ACTIONS`): "2 to recalibrate (b01, b02)"."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,8 +112,7 @@ class FleetCheck:
     def metrics(self) -> dict[str, Any]:
         """Flat DVC metrics: fleet counts, alerting cameras per action, per site, and truth scores when known."""
         m: dict[str, Any] = {"cameras": len(self.cameras), "cameras_alerting": len(self.ranked),
-                             "cameras_to_recalibrate": sum(1 for c in self.cameras if c.action == "recalibrate"),
-                             "cameras_to_inspect": sum(1 for c in self.cameras if c.action == "inspect"),
+                             **{f"cameras_to_{a.replace('-', '_')}": sum(1 for c in self.cameras if c.action == a) for a in ACTIONS if a != "none"},
                              "images": self.fleet["images"], "images_scored": self.fleet["scored"], "image_errors": self.fleet["errors"],
                              "agreement": self.fleet["agreement"], "sites": {s: {k: v[k] for k in ("cameras_alerting", "agreement")}
                                                                               for s, v in self.sites.items()}}
@@ -163,7 +169,7 @@ def _tail_phrase(name: str, ref: np.ndarray, after: np.ndarray) -> str:
 
 
 def _reasons(judged: list[WindowCheck], since: int, ref: Any, after: Any, primary: dict[str, Any], cfg: FleetCheckConfig,
-             calibration_name: str, ref_span: str) -> tuple[list[str], str, float]:
+             calibration_name: str, ref_span: str, trend: list[float]) -> tuple[list[str], str, float]:
     from ..drift import PLAIN_NAMES, StatisticChange
 
     alerts = [w for w in judged[since:] if w.status == "alert"]
@@ -204,11 +210,27 @@ def _reasons(judged: list[WindowCheck], since: int, ref: Any, after: Any, primar
                       and m.calibration_psi > cfg.psi_floor})
     if further:
         reasons.append(f"images moved further from the calibration set {calibration_name} ({', '.join(PLAIN_NAMES.get(n, n) for n in further[:4])})")
-    action = "recalibrate" if agreement_fell or further else "inspect"
+    found = _diagnose(ref, after, set(counts), agreement_fell, bool(further), trend)
+    reasons.append(f"{found.action.badge}: {found.words}" + (f"; {found.action.fix}" if found.action.fix != "none" else ""))
+    action = found.action.name
     severity = max([max((m.ratio for m in w.moved), default=0.0) for w in alerts] + [0.0])
     if agreement_fell:
         severity = max(severity, (ra["agreement"] - aa["agreement"]) / cfg.agreement_drop)
     return reasons, action, round(severity, 6)
+
+
+def _diagnose(ref: Any, after: Any, moved: set[str], agreement_fell: bool, further: bool, trend: list[float]) -> Any:
+    """The camera's cause and action through the one table (:func:`quantkit.drift.advice.diagnose`): medians of its
+    reference and of everything since the change, ``trend`` (its brightness median per judged window since the change:
+    exposure drift), and whether the calibration set still covers the change (INT8 agreement held and the images
+    moved no further from it)."""
+    from ..calibset.stats import STAT_COLUMNS
+    from ..drift.advice import diagnose, is_drifting
+
+    before = {n: ref.quantile(n, 0.5) for n in STAT_COLUMNS if n in ref.kll}
+    since = {n: after.quantile(n, 0.5) for n in STAT_COLUMNS if n in after.kll}
+    drifting = is_drifting(trend, before.get("brightness_mean", 0.0))
+    return diagnose(before, since, moved, agreement_low=agreement_fell, drifting=drifting, covered=not (agreement_fell or further))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -295,7 +317,8 @@ def check_camera(store: ScoreStore, camera: str, calibration: dict[str, np.ndarr
     if since is None:
         return CameraCheck(camera, ident["site"], ident["line"], "ok", None, False, "", 0.0, (), summary_ref, {}, tuple(ref_checks + later)), limits
     after = pooled([s for _, s in windows[start + since:]])
-    reasons, action, severity = _reasons(later, since, ref, after, primary, cfg, calibration_name, ref_span)
+    trend = [s.quantile("brightness_mean", 0.5) for (_, s), w in zip(windows[start + since:], later[since:]) if w.status in ("ok", "alert")]
+    reasons, action, severity = _reasons(later, since, ref, after, primary, cfg, calibration_name, ref_span, trend)
     summary_after = {"windows": len(windows) - start - since, **window_agreement(after, primary), "clip_rate": clip_rate(after), "images": after.images}
     judged_last = [w for w in later if w.status in ("ok", "alert")]
     return CameraCheck(camera, ident["site"], ident["line"], "alert", later[since].window, bool(judged_last and judged_last[-1].status == "alert"),
@@ -318,13 +341,11 @@ def _rollups(store: ScoreStore, cameras: list[CameraCheck]) -> tuple[dict[str, A
 def _verdict(cameras: list[CameraCheck], ranked: list[CameraCheck]) -> str:
     if not ranked:
         return f"All {len(cameras)} cameras stable: no image statistic, INT8 agreement or detection rate moved beyond its camera's reference."
-    rec = [c.camera for c in ranked if c.action == "recalibrate"]
-    ins = [c.camera for c in ranked if c.action == "inspect"]
     parts = []
-    if rec:
-        parts.append(f"{len(rec)} to recalibrate ({', '.join(rec)})")
-    if ins:
-        parts.append(f"{len(ins)} to inspect ({', '.join(ins)})")
+    for action in ACTIONS.values():  # most urgent first, as ranked
+        cams = [c.camera for c in ranked if c.action == action.name]
+        if cams:
+            parts.append(f"{len(cams)} {TO_DO[action.name]} ({', '.join(cams)})")
     return f"{len(ranked)} of {len(cameras)} cameras changed: " + "; ".join(parts) + "."
 
 
@@ -352,7 +373,9 @@ def check_fleet(scores: str | os.PathLike[str], calibration_set: str | os.PathLi
     warning = _small_reference_warning({c.camera: lim for c, lim in judged if lim is not None}, len(cameras))
     if warning:
         log.warning("fleet check: %s", warning)
-    ranked = sorted((c for c in cameras if c.status == "alert"), key=lambda c: (c.action != "recalibrate", -c.severity, c.since or "", c.camera))
+    urgency = {name: i for i, name in enumerate(ACTIONS)}  # most urgent action first (check camera, retrain, recalibrate, ...)
+    ranked = sorted((c for c in cameras if c.status == "alert"), key=lambda c: (urgency.get(c.action, len(urgency)), -c.severity, c.since or "",
+                                                                                 c.camera))
     sites, fleet = _rollups(store, cameras)
     result = FleetCheck(_verdict(cameras, ranked), bool(ranked), store.primary, tuple(cameras), tuple(c.camera for c in ranked), sites, fleet,
                         cal_info, {"path": str(store.path), "spec_fingerprint": store.summary.get("spec_fingerprint"),

@@ -107,6 +107,7 @@ def render_report(check: FleetCheck, store: ScoreStore, config: FleetReportConfi
     import jinja2
 
     from ..drift import PLAIN_NAMES
+    from ..drift.advice import ACTIONS
 
     cfg = config or FleetReportConfig()
     env = jinja2.Environment(loader=jinja2.PackageLoader("quantkit.fleet", "templates"), autoescape=True,
@@ -115,7 +116,7 @@ def render_report(check: FleetCheck, store: ScoreStore, config: FleetReportConfi
     sections = [{"camera": c, "examples": _examples(store, c, cfg), "trend": _trend(c)} for c in ranked[:cfg.max_cameras]]
     return env.get_template("fleet_report.html.j2").render(
         check=check, ranked=ranked, sections=sections, grid=_grid(check), primary_label=primary_label(check.primary),
-        status_labels=STATUS_LABELS, models=check.scores.get("models", {}), plain=PLAIN_NAMES)
+        status_labels=STATUS_LABELS, models=check.scores.get("models", {}), plain=PLAIN_NAMES, actions=ACTIONS)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,6 +13,9 @@ Where the tasks run:
 * ``scheduler="tcp://HOST:PORT"``: an existing Dask cluster (``dask scheduler`` / ``dask worker``);
 * ``workers=0``: no cluster; the same task function runs synchronously in this process.
 
+Ctrl-C or SIGTERM stops the cluster quietly (:mod:`.cluster`: the embedded workers ignore Ctrl-C, Dask's shutdown
+logging is off) and re-raises with ``kept`` naming the shards finished and kept: the same call resumes.
+
 Dask retries a task whose worker died (``distributed.scheduler.allowed-failures``, default 3); the driver
 notices workers that left and reports them. A failed image is a row with an ``error``. Results do not
 depend on the worker count: rows are sorted within each shard and every merge runs in key order.
@@ -38,6 +41,7 @@ from .. import __version__
 from .._io import atomic_write_json, fingerprint, read_json, sha256_file
 from ..errors import ConfigError, InputFileError
 from ..extras import require
+from .cluster import start_client, stop_quietly
 from .config import FleetScoreConfig
 from .scorer import Scorer, ScoringSpec, Shard, run_shard, shard_summary_path
 from .summaries import Edges, Summary, merge_all
@@ -228,6 +232,7 @@ def _run_dask(todo: list[ShardPlan], manifest: Any, spec: ScoringSpec, client: A
 
     queue = as_completed([submit(p) for _, p in zip(range(slots), pending)])
     last = 0.0
+    interrupted = False
     try:
         for fut in queue:
             doc = fut.result()
@@ -244,28 +249,13 @@ def _run_dask(todo: list[ShardPlan], manifest: Any, spec: ScoringSpec, client: A
             if nxt is not None:
                 queue.add(submit(nxt))
             yield doc
+    except KeyboardInterrupt:  # the driver stops the cluster (score_fleet); no broadcast to workers that may be gone
+        interrupted = True
+        raise
     finally:
-        with contextlib.suppress(Exception):  # the cluster may be gone already (that error is the one to show)
-            client.unregister_worker_plugin(spec.plugin_name)
-
-
-def _client(workers: int, scheduler: str | None) -> tuple[Any, Any]:
-    dask = require("dask", "fleet", "quantkit fleet")
-    distributed = require("distributed", "fleet", "quantkit fleet")
-    Client, LocalCluster = distributed.Client, distributed.LocalCluster
-
-    if scheduler:
-        try:  # Dask's own connect timeout (distributed.comm.timeouts.connect, default 30 s)
-            return Client(scheduler, timeout=dask.config.get("distributed.comm.timeouts.connect")), None
-        except (OSError, TimeoutError) as e:
-            raise InputFileError(f"--scheduler {scheduler}: no Dask scheduler answers ({e}); start one with 'dask scheduler'") from None
-    logging.getLogger("distributed").setLevel(logging.WARNING)  # its INFO lines (scheduler, nanny) are not ours to show
-    # The embedded scheduler lives in this process: keep its debugging transition log short (Dask's default of 1,000
-    # entries holds ~10 MB of task records), so the driver's memory does not grow with the number of shards.
-    with dask.config.set({"distributed.admin.low-level-log-length": 100}):
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                               silence_logs=logging.ERROR)
-    return Client(cluster), cluster
+        if not interrupted:
+            with contextlib.suppress(Exception):  # the cluster may be gone already (that error is the one to show)
+                client.unregister_worker_plugin(spec.plugin_name)
 
 
 def _relative_root(root: Path, out: Path) -> str:
@@ -321,13 +311,21 @@ def score_fleet(manifest_path: str | os.PathLike[str], fp32_dir: str | os.PathLi
     client = cluster = None
     try:
         if todo and (workers > 0 or scheduler):
-            client, cluster = _client(workers, scheduler)
+            client, cluster = start_client(workers, scheduler)
             docs = _run_dask(todo, manifest, spec, client, progress, lost)
         else:
             docs = _run_local(todo, manifest, spec, progress)
         for doc in docs:
             for k, v in doc["timing"].items():
                 timing[k] = timing.get(k, 0.0) + v
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: stop Dask quietly; say what is kept (quantkit.cli.main prints it)
+        progress.close()
+        stop_quietly(client, cluster)
+        client = cluster = None
+        done = sum(_done(out_p, s) for s in shards)
+        e.kept = (f"{done} of {len(shards)} shards finished and are kept in {out_p}; "  # type: ignore[attr-defined]
+                  f"a rerun scores only the other {len(shards) - done}")
+        raise
     finally:
         progress.close()
         if client is not None:

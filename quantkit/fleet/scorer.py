@@ -231,6 +231,8 @@ class Scorer:
             try:
                 cols = self.score_image(path, run_models=i % self.config.model_every == 0, clip=clip_sampled(uri, self.config.clip_fraction))
             except Exception as e:  # noqa: BLE001 - one bad image must not stop a fleet run; it becomes an error row
+                if self.closed:  # the sessions were closed under it (interrupt): not the image's fault, and nothing to log
+                    break
                 msg = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
                 log.warning("fleet score: %s", msg if path in msg else f"{path}: {msg}")
                 cols = {**{c: None for c in STAT_COLUMNS}, **{c: None for c, _ in decisions.COLUMNS}, "scored": False, "clip_rate": None}

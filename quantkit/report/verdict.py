@@ -24,39 +24,50 @@ import numpy as np
 from ..artifacts.drift import DriftResult
 from ..artifacts.evaluation import MetricInfo
 from ..artifacts.verification import DeploymentVerification
+from ..drift.advice import Finding, diagnose_result, finding
 from .config import ReportConfig
 from .model import STATUS_CODE, ShiftMetrics, SiteReport
 from .paired import PairedDifference
 
-_LIGHTING = {"brightness_mean", "brightness_p5", "brightness_p50", "brightness_p95", "contrast_rms", "clip_dark", "clip_bright"}
-_CAMERA = {"width", "height", "sharpness_lapvar", "noise_sigma", "saturation_mean", "cast_rg", "cast_bg"}
-
 
 def cause(drift: DriftResult | None) -> str:
-    """The likely cause of a drift in plain words.
+    """The likely cause of a drift in plain words: the words of :func:`quantkit.drift.advice.diagnose`'s cause, with the
+    statistics that moved (e.g. "the lighting changed (brightness fell 70%)"); "no image statistic moved" when none did.
 
-    Brightness, contrast and clipped pixels moving means the lighting changed; less light also raises noise,
-    shifts the colour cast and lowers sharpness, so those are not blamed on the camera then. The camera (or
-    its optics) is named when sharpness, noise or colour moved while brightness did not.
+    Less light also raises noise, shifts the colour cast and lowers sharpness, so those are not blamed on the camera
+    then; the camera is named when sharpness fell more than the contrast explains, or noise rose in the same light.
     """
     if drift is None:
         return "no drift result to say why"
     from ..drift.statistics import describe_changes
 
-    names = {c.name for c in drift.changes if c.moved}
-    kinds = []
-    lighting = bool(names & _LIGHTING)
-    if lighting:
-        kinds.append("the lighting changed")
-    if not lighting and names & (_CAMERA - {"width", "height"}):
-        kinds.append("the camera or its optics changed")
-    if not kinds and drift.clipping is not None and drift.clipping.moved:
-        kinds.append("activations leave the calibrated ranges")
-    if not kinds:
+    found = diagnose_result(drift)
+    if found.cause in ("none", "quantization"):
         return "no image statistic moved"
     phrases = describe_changes(drift.changes)
     more = f"; {len(phrases) - 3} more" if len(phrases) > 3 else ""
-    return f"{' and '.join(kinds)} ({'; '.join(phrases[:3])}{more})" if phrases else " and ".join(kinds)
+    return f"{found.words} ({'; '.join(phrases[:3])}{more})" if phrases else found.words
+
+
+def advice(site: SiteReport, metrics: Sequence[MetricInfo], cfg: ReportConfig) -> Finding:
+    """What to do about a site set where the deployed model is not green, through the one table
+    (:mod:`quantkit.drift.advice`): its drift, that the deployed INT8 model disagrees, and whether FP32 itself fails."""
+    fails = fp32_fails(site, metrics, cfg) is not None
+    if site.drift is None:
+        return finding("new_content" if fails else "quantization")
+    return diagnose_result(site.drift, agreement_low=True, fp32_fails=fails)
+
+
+def what_to_do(sites: Sequence[SiteReport], metrics: Sequence[MetricInfo], cfg: ReportConfig) -> str:
+    """One clause per action for the site sets ``sites`` (those where the deployed model is not green), e.g. "recalibrate
+    for cam1-night (the lighting changed): compose a calibration set ..."; quantization loss is never "recalibrate"."""
+    groups: dict[str, tuple[Finding, list[str], list[str]]] = {}
+    for s in sites:
+        f = advice(s, metrics, cfg)
+        _, names, words = groups.setdefault(f.action.name, (f, [], []))
+        names.append(s.name)
+        words += [] if f.words in words else [f.words]
+    return "; ".join(f"{f.action.badge} for {_names(names)} ({'; '.join(words)}): {f.action.fix}" for f, names, words in groups.values())
 
 
 def drift_label(site: SiteReport) -> tuple[str, str]:
@@ -69,7 +80,7 @@ def drift_label(site: SiteReport) -> tuple[str, str]:
     dep = site.variant("deployed")
     if dep is not None and dep.status == "green":
         return "changed, model still agrees", "neutral"
-    return "changed, recalibrate", "red"
+    return f"changed, {diagnose_result(site.drift, agreement_low=True).action.badge}", "red"
 
 
 def plural(word: str) -> str:
@@ -268,7 +279,8 @@ def _decide(sites: Sequence[SiteReport], primary: MetricInfo, item: str, deploye
     if not has_candidate:
         same = "the candidate is the deployed calibration, nothing to compare; " if same_calibration else ""
         if bad:
-            return "needs review", [f"Needs review: {same}{disagrees}; recalibrate on images that cover the conditions of {_names(bad)}.", *facts]
+            todo = what_to_do([s for s in sites if s.name in bad], metrics, cfg)
+            return "needs review", [f"Needs review: {same}{disagrees}; {todo}.", *facts]
         return "keep deployed", [f"Keep deployed: {same}the deployed model agrees with FP32 on every site set ("
                                  + ", ".join(f"{n} {short(primary)} {m.agreement.get(primary.name, float('nan')):.2f}" for n, m in dep.items() if m)
                                  + ").", *facts]
@@ -318,7 +330,7 @@ def _decide(sites: Sequence[SiteReport], primary: MetricInfo, item: str, deploye
             done = ([f"fixes {_names(fixed)}"] if fixed else []) + ([f"improves {_names(better)}"] if better else [])
             tail = f"{recal} {' and '.join(done)} but still disagrees on {_names(still)}; {advice}"
         else:
-            tail = f"{recal} does not fix it; recalibrate on images that cover the conditions of {_names(bad)}"
+            tail = f"{recal} does not fix it; {what_to_do([s for s in sites if s.name in bad], metrics, cfg)}"
         head = f"Needs review: {disagrees}; {tail}."
     moves = [f"{n} {dep[n].status} → {c.status} ({short(primary)} {dep[n].agreement.get(primary.name, float('nan')):.2f} → "  # type: ignore[union-attr]
              f"{c.agreement.get(primary.name, float('nan')):.2f})" for n, c in cand.items() if c and dep[n]]
