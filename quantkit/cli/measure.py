@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from .._overwrite import FileKind, json_with_keys, text_with
-from .report import model_work_dirs
+from .report import add_model_arguments, model_work_dirs
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,11 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "machine' section reads. A variant slower than FP32 is listed and warned about."
         ),
     )
-    p.add_argument("--model", type=Path, action="append", metavar="WORK_DIR",
-                   help="a model's work folder (repeat for several models), e.g. work/models/ppocr_det; "
-                        "default: WORK/<name> for every model under params 'models'")
-    p.add_argument("--work", type=Path, default=Path("work/models"),
-                   help="without --model: the folder holding each params model's work folder (default: work/models)")
+    add_model_arguments(p)
     p.add_argument("--set", type=Path, metavar="DIR", help="image set for the inputs (default: each model's deployed calibration set)")
     p.add_argument("--params", type=Path, help="params.yaml; options from its 'measure' section")
     p.add_argument("--out", type=Path, default=Path("reports/machine"), help="output folder (default: reports/machine)")

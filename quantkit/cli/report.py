@@ -22,16 +22,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "thresholds/{deployed,candidate}.json (the pipeline's layout, e.g. work/models/ppocr_det)."
         ),
     )
-    p.add_argument("--model", type=Path, action="append", metavar="WORK_DIR",
-                   help="a model's work folder (repeat for several models), e.g. work/models/ppocr_det; "
-                        "default: WORK/<name> for every model under params 'models'")
-    p.add_argument("--work", type=Path, default=Path("work/models"),
-                   help="without --model: the folder holding each params model's work folder (default: work/models)")
+    add_model_arguments(p)
     p.add_argument("--site-sets", type=Path, help="folder holding the site sets, for example thumbnails (default: site_sets)")
     p.add_argument("--params", type=Path, help="params.yaml; options from its 'report' section")
     p.add_argument("--out", type=Path, default=Path("reports"), help="output folder (default: reports)")
     p.add_argument("--json", action="store_true", help="print the report facts as JSON instead of the verdicts")
     p.set_defaults(func=run)
+
+
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """``--model WORK_DIR`` (repeatable) and ``--work``, read by :func:`model_work_dirs` (report, measure)."""
+    p.add_argument("--model", type=Path, action="append", metavar="WORK_DIR",
+                   help="a model's work folder (repeat for several models), e.g. work/models/ppocr_det; "
+                        "default: WORK/<name> for every model under params 'models'")
+    p.add_argument("--work", type=Path, default=Path("work/models"),
+                   help="without --model: the folder holding each params model's work folder (default: work/models)")
 
 
 def _is_report_metrics(path: Path) -> bool:
