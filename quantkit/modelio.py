@@ -53,7 +53,7 @@ def load_model(path: str | os.PathLike[str], *, load_external_data: bool = True,
 
     p = Path(path)
     if not p.exists():
-        raise ModelError(f"{p}: model file not found; check the path (or run 'quantkit demo model')")
+        raise ModelError(f"{p}: model file not found; check the path (the demo's models: 'quantkit demo model')")
     if p.is_dir():
         raise ModelError(f"{p}: is a folder, not an .onnx file; pass the model file inside it")
     if p.stat().st_size == 0:

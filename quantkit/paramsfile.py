@@ -112,7 +112,7 @@ def set_model_entry(params_path: str | os.PathLike[str], name: str, entry: Mappi
         buf = io.StringIO()
         y.dump(data, buf)
         text = buf.getvalue()
-    atomic_write_text(p, text)
+    atomic_write_text(p.resolve(), text)  # a symlinked params file: its target is edited, the link stays
     return p
 
 
@@ -204,3 +204,35 @@ def site_set_dirs(path: str | Path, root: str | Path = "site_sets") -> list[Path
     if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
         raise ConfigError(f"{p}: site_sets must be a non-empty list of site set names (folders under {root}/)")
     return [Path(root) / n for n in names]
+
+
+DEMO_DIR = "models/demo"
+"""Where the ``demo_model`` stage writes each of ``demo.models`` (``models/demo/<name>.onnx``, dvc.yaml)."""
+
+
+def check_model_source(path: str | Path, name: str, model_file: str | Path) -> None:
+    """Check ``models.<name>``'s ``source`` against the file intake was given (``model_file``, relative to the params
+    file's folder as dvc.yaml passes it): ``source: demo`` needs a demo model's file, ``models/demo/<d>.onnx`` with
+    ``d`` in ``demo.models`` (only those are written by a stage); ``source: file`` (the default) must not be one
+    (``dvc repro`` rewrites it from the wheel).
+
+    Raises:
+        InputFileError: the params file is missing or not YAML.
+        ConfigError: the entry's source and file disagree, naming the key and the fix.
+    """
+    p = Path(path)
+    data = _read_params(p)
+    models = data.get("models") if isinstance(data, dict) else None
+    entry = models.get(name) if isinstance(models, dict) else None
+    if not isinstance(entry, dict):  # no such model: config_from_params names it
+        return
+    demo = data.get("demo") if isinstance(data.get("demo"), dict) else {}
+    written = {f"{DEMO_DIR}/{d}.onnx" for d in (demo.get("models") or ())}
+    rel = Path(os.path.relpath(Path(model_file).resolve(), p.resolve().parent)).as_posix()
+    source = entry.get("source", "file")
+    if source == "demo" and rel not in written:
+        raise ConfigError(f"{p}: models.{name}.source is demo, but {rel} is not a demo model's file ({', '.join(sorted(written)) or 'demo.models is empty'}); "
+                          "for your own file set source: file")
+    if source == "file" and rel in written:
+        raise ConfigError(f"{p}: models.{name}.file {rel} is written by the demo_model stage from a wheel (dvc repro rewrites it); "
+                          "copy your model elsewhere (e.g. models/<name>.onnx), or set source: demo for the demo's model")

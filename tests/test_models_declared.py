@@ -94,3 +94,37 @@ def test_models_add_offers_every_resize_policy():
     from quantkit.note import ResizePolicy
 
     assert RESIZE_POLICIES == typing.get_args(ResizePolicy)
+
+
+@pytest.mark.parametrize("entry, match", [
+    ({"source": "demo", "file": "models/mine.onnx"}, r"models\.m\.source is demo, but models/mine\.onnx is not a demo model's file"),
+    ({"source": "file", "file": "models/demo/ppocr_det.onnx"}, r"models\.m\.file models/demo/ppocr_det\.onnx is written by the demo_model stage"),
+])
+def test_intake_refuses_a_source_that_disagrees_with_the_file(tmp_path, monkeypatch, capsys, entry, match):
+    import re
+
+    monkeypatch.chdir(tmp_path)
+    _params(tmp_path, {"demo": {"models": ["ppocr_det"]}, "models": {"m": entry}})
+    model = Path(entry["file"])
+    model.parent.mkdir(parents=True)
+    model.write_bytes(b"not read: the source check comes first")
+    assert main(["intake", entry["file"], "--params", "params.yaml", "--model", "m", "--out", "work/m/intake"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and re.search(match, err[0]) and not (tmp_path / "work").exists()
+
+
+def test_models_add_refuses_a_path_the_new_models_own_stages_write(tmp_path, monkeypatch, capsys):
+    """dist/<name>/ is bundle@<name>'s output: a file there would be deleted by the entry's own stages."""
+    from test_readme_own_model import yolov8_like
+
+    import onnx
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("params.yaml", "dvc.yaml"):
+        (tmp_path / name).write_bytes((ROOT / name).read_bytes())
+    (tmp_path / "dist" / "foo").mkdir(parents=True)
+    onnx.save(yolov8_like(), tmp_path / "dist" / "foo" / "m.onnx")
+    before = (tmp_path / "params.yaml").read_bytes()
+    assert main(["models", "add", "foo", "dist/foo/m.onnx", "--params", "params.yaml", "--yes"]) == 2
+    assert "written by the DVC stage bundle@foo" in capsys.readouterr().err
+    assert (tmp_path / "params.yaml").read_bytes() == before

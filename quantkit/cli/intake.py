@@ -32,6 +32,10 @@ def run(args: argparse.Namespace) -> int:
 
     from ..tasks import TaskConfig
 
+    if args.model is not None:
+        from ..paramsfile import check_model_source
+
+        check_model_source(args.params, args.model, args.model_file)
     cfg = config_from_params(IntakeConfig, args.params, "intake", model=args.model)
     task = config_from_params(TaskConfig, args.params, "task", model=args.model).make() if has_section(args.params, "task", model=args.model) else None
     if args.accept_numeric_change:

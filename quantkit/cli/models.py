@@ -51,19 +51,36 @@ def register(subparsers: Any) -> None:
     a.set_defaults(func=run_add)
 
 
+def _with_entry(params: Path, name: str, entry: dict[str, Any]) -> dict[str, Any]:
+    """The params as they will read with ``models.<name>`` set to ``entry``."""
+    from ..config import _read_params
+
+    data = dict(_read_params(params)) if params.exists() else {}
+    data["models"] = {**(data.get("models") or {}), name: entry}
+    return data
+
+
+def _refuse_pipeline_output(model: Path, root: Path, params: dict[str, Any] | None) -> None:
+    """Refuse a model file that a stage of ``root/dvc.yaml`` writes (with ``params``: the new entry's stages too)."""
+    from ..errors import ConfigError
+    from ..pipeline import written_by
+
+    owner = written_by(model, root, params)
+    if owner is not None:
+        out, stage = owner
+        raise ConfigError(f"{model}: is written by the DVC stage {stage} ({out.relative_to(root)} in dvc.yaml), "
+                          "so 'dvc repro' would delete it; copy your model elsewhere (e.g. models/<name>.onnx) and add that file")
+
+
 def run_add(args: argparse.Namespace) -> int:
     from ..errors import ConfigError
     from ..intake.declare import plan_model_entry
     from ..paramsfile import model_names, set_model_entry
-    from ..pipeline import written_by
 
     if args.name in model_names(args.params) and not args.force:
         raise ConfigError(f"{args.params}: models.{args.name} already exists; pick another name, or pass --force to replace it")
-    owner = written_by(args.model, args.params.resolve().parent)
-    if owner is not None:
-        out, stage = owner
-        raise ConfigError(f"{args.model}: is written by the DVC stage {stage} ({out.relative_to(args.params.resolve().parent)} in dvc.yaml), "
-                          "so 'dvc repro' would delete it; copy your model elsewhere (e.g. models/<name>.onnx) and add that file")
+    root = args.params.resolve().parent
+    _refuse_pipeline_output(args.model, root, None)
     pre = {k: getattr(args, k) for k in ("color_order", "scale", "mean", "std", "resize_policy", "resize_short", "pad_value", "pad_input") if getattr(args, k) is not None}
     plan = plan_model_entry(args.name, args.model, args.params, adapter=args.adapter,
                             input_size=tuple(args.input_size) if args.input_size else None, preprocessing=pre)
@@ -79,6 +96,7 @@ def run_add(args: argparse.Namespace) -> int:
         answer = input(f"use {plan.adapter} for {args.name}? [y/N] ").strip().lower()
         if answer not in ("y", "yes"):
             raise ConfigError(f"not confirmed; pass --adapter NAME with the right adapter; {args.params} left unchanged")
+    _refuse_pipeline_output(args.model, root, _with_entry(args.params, args.name, plan.entry))  # its own stages too
     if plan.defaulted:
         print(f"defaults {', '.join(plan.defaulted)} written with quantkit's defaults: check them against how your package "
               f"preprocesses (models.{args.name}.intake.preprocessing)")

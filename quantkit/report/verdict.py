@@ -166,9 +166,10 @@ def fp32_concerns(sites: Sequence[SiteReport], metrics: Sequence[MetricInfo], it
         lost = fp32_loses_detections(s, refs, cfg)
         if lost is not None:
             ratio, ref = lost
-            fewer = f"{1 / ratio:.1f}x fewer" if ratio > 0 else "no"
-            out.append(f"FP32 itself finds {fewer} {plural(item)} per image on {s.name} ({s.variant('fp32').detections_per_image:.2f}) "  # type: ignore[union-attr]
-                       f"than on {ref.name} ({ref.variant('fp32').detections_per_image:.2f}, the calibration condition), so agreeing with "  # type: ignore[union-attr]
+            here, there = s.variant('fp32').detections_per_image, ref.variant('fp32').detections_per_image  # type: ignore[union-attr]
+            finds = (f"{1 / ratio:.1f}x fewer {plural(item)} per image on {s.name} ({here:.2f}) than on {ref.name} ({there:.2f}, "
+                     if ratio > 0 else f"no {plural(item)} on {s.name}, against {there:.2f} per image on {ref.name} (")
+            out.append(f"FP32 itself finds {finds}the calibration condition), so agreeing with "
                        f"FP32 there cannot show what the model misses; check those images or the model before trusting green")
     return out
 
