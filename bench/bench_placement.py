@@ -8,7 +8,8 @@ calibration here), each a placement change on the way from ORT's recipe to the `
 * ``conv+outputs``: Q/DQ on Conv/ConvTranspose/Gemm/MatMul only, their outputs quantized too (a pair between each Conv
   and its activation), symmetric per-channel weights;
 * ``conv-inputs``: the same, no output quantized (Conv -> activation chain left whole, graph outputs float);
-* ``openvino``: ``conv-inputs`` plus residual Add/Mul on two integer inputs (the ``openvino`` recipe).
+* ``openvino``: ``conv-inputs`` plus residual Add/Mul on two integer inputs (the ``openvino`` recipe);
+* each ``--extra MODEL:LABEL=PATH`` as given (e.g. NNCF's file from ``bench/nncf_quantize.py``).
 
 Every model of one thread count is timed in ONE interleaved loop (:func:`quantkit.runtimes.latency.interleaved_latency`:
 each repeat runs every entry once, rotating the order; medians), ORT sessions with spinning off: FP32 on ORT (level
@@ -84,22 +85,22 @@ def _runner(runtime: str) -> Any:
     return {"ort": RUNTIMES["onnxruntime"], "ov-f32": RUNTIMES["openvino"], "ov-default": FLOAT_RUNS["openvino"]["fp32-default"]}[runtime]
 
 
-def agreement(entries: dict[str, tuple[Path, str]], refs: Any, metric: Any) -> dict[str, float]:
-    """Worst-set metric of each entry's outputs against ORT's FP32 outputs (``refs``)."""
+def agreement(entries: dict[str, tuple[Path, str]], refs: Any, metric: Any) -> dict[str, dict[str, float]]:
+    """Metric of each entry's outputs against ORT's FP32 outputs (``refs``), per reference set name."""
     res = {}
     for label, (path, runtime) in entries.items():
         r = _runner(runtime)(path, 2)
         r.activate()
         try:
-            per = [metric(ref, [r.infer({refs.input_name: x}) for x in xs]) for xs, ref in zip(refs.feeds, refs.fp32)]
+            res[label] = {s.name: round(metric(ref, [r.infer({refs.input_name: x}) for x in xs]), 4)
+                          for s, xs, ref in zip(refs.sets, refs.feeds, refs.fp32)}
         finally:
             r.deactivate()
-        res[label] = round(min(per), 4)
     return res
 
 
 def bench_model(name: str, work: Path, params: Path, ref_sets: list[Path], threads: list[int], repeats: int, warmup: int,
-                images: int, tmp: Path) -> dict[str, Any]:
+                images: int, tmp: Path, extra: dict[str, Path] | None = None, only: list[str] | None = None) -> dict[str, Any]:
     from quantkit.config import config_from_params
     from quantkit.modelio import load_model
     from quantkit.quantize.engine import load_intake
@@ -110,12 +111,14 @@ def bench_model(name: str, work: Path, params: Path, ref_sets: list[Path], threa
 
     intake = work / name / "intake"
     model_path, _, note = load_intake(intake)
-    variants = build_variants(intake, work / name / "quantize" / "ort", tmp / name)
+    variants = {**build_variants(intake, work / name / "quantize" / "ort", tmp / name), **(extra or {})}
     entries: dict[str, tuple[Path, str]] = {"fp32 ort": (model_path, "ort"), "fp32 ov-default": (model_path, "ov-default"),
                                             "fp32 ov-f32": (model_path, "ov-f32")}
     for v, p in variants.items():
         entries[f"{v} ort"] = (p, "ort")
         entries[f"{v} ov-default"] = (p, "ov-default")
+    if only:
+        entries = {k: v for k, v in entries.items() if k in only}
     task = config_from_params(TaskConfig, params, "task", model=name).make().with_model(load_model(model_path))
     refs = load_references(ref_sets, note, model_path, images)
     agree = agreement(entries, refs, agreement_metric(task))
@@ -126,30 +129,32 @@ def bench_model(name: str, work: Path, params: Path, ref_sets: list[Path], threa
                                   label_factories={k: _runner(rt) for k, (_, rt) in entries.items()})
         ms = {k: statistics.median(x.runs_ms) for k, x in got.items()}
         for k, (_, rt) in entries.items():
-            base = ms["fp32 ort"] if rt == "ort" else ms["fp32 ov-default"]
-            rows.append({"model": name, "threads": t, "entry": k, "median_ms": round(ms[k], 2), "vs_runtime_fp32": round(base / ms[k], 3),
-                         "agreement": agree[k]})
+            base = ms.get("fp32 ort") if rt == "ort" else ms.get("fp32 ov-default")
+            rows.append({"model": name, "threads": t, "entry": k, "median_ms": round(ms[k], 2),
+                         "vs_runtime_fp32": round(base / ms[k], 3) if base else None, "agreement": agree[k]})
     return {"model": name, "metric": agreement_metric(task).description if hasattr(agreement_metric(task), "description") else "",
             "variants": {k: str(p) for k, p in variants.items()}, "rows": rows}
 
 
 def render(results: list[dict[str, Any]], cpu: str, repeats: int) -> str:
     lines = [f"CPU: {cpu}; interleaved medians of {repeats} runs per entry; speed-up vs the same runtime's FP32 "
-             "(ORT: level all; OpenVINO: its default precision); agreement = task primary metric vs ORT FP32, worst set"]
+             "(ORT: level all; OpenVINO: its default precision); agreement = task primary metric vs ORT FP32, per reference set"]
     for res in results:
         lines.append(f"\n{res['model']} ({res['metric']})")
         ts = sorted({r["threads"] for r in res["rows"]})
-        head = f"  {'entry':<24}" + "".join(f" {f'{t} thr ms':>9} {'x':>6}" for t in ts) + f" {'agreement':>10}"
+        sets = list(res["rows"][0]["agreement"])
+        head = f"  {'entry':<24}" + "".join(f" {f'{t} thr ms':>9} {'x':>6}" for t in ts) + "".join(f" {s[:14]:>14}" for s in sets)
         lines.append(head)
+        x = lambda v: f"{v:>5.2f}x" if v is not None else f"{'-':>6}"  # noqa: E731
         for entry in dict.fromkeys(r["entry"] for r in res["rows"]):
             rs = {r["threads"]: r for r in res["rows"] if r["entry"] == entry}
-            lines.append(f"  {entry:<24}" + "".join(f" {rs[t]['median_ms']:>9.1f} {rs[t]['vs_runtime_fp32']:>5.2f}x" for t in ts)
-                         + f" {rs[ts[0]]['agreement']:>10.4f}")
+            lines.append(f"  {entry:<24}" + "".join(f" {rs[t]['median_ms']:>9.1f} {x(rs[t]['vs_runtime_fp32'])}" for t in ts)
+                         + "".join(f" {rs[ts[0]]['agreement'][s]:>14.4f}" for s in sets))
         for (rt, t), bar in sorted(TARGETS.items()):
-            if t not in ts:
-                continue
             entry = "openvino ov-default" if rt == "openvino" else "ort ort"
-            r = next(r for r in res["rows"] if r["entry"] == entry and r["threads"] == t)
+            r = next((r for r in res["rows"] if r["entry"] == entry and r["threads"] == t), None)
+            if r is None or r["vs_runtime_fp32"] is None:
+                continue
             ok = "met" if r["vs_runtime_fp32"] >= bar else "NOT met"
             lines.append(f"  target {rt} @{t}: {entry} {r['vs_runtime_fp32']:.2f}x vs >= {bar}x: {ok}")
     return "\n".join(lines)
@@ -165,11 +170,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--agreement-images", type=int, default=4, help="images of each reference set for agreement")
+    ap.add_argument("--extra", action="append", default=[], metavar="MODEL:LABEL=PATH",
+                    help="another INT8 file of MODEL timed and scored beside the placements (e.g. NNCF's, bench/nncf_quantize.py)")
+    ap.add_argument("--only", nargs="+", metavar="ENTRY", help="time and score only these entries (e.g. 'fp32 ov-default' 'openvino ov-default')")
     ap.add_argument("--out", type=Path, help="write the results as JSON here too")
     a = ap.parse_args(argv)
+    extra: dict[str, dict[str, Path]] = {}
+    for e in a.extra:
+        model, rest = e.split(":", 1)
+        label, path = rest.split("=", 1)
+        extra.setdefault(model, {})[label] = Path(path)
     cpu = _cpu()
     with tempfile.TemporaryDirectory(prefix="bench-placement-") as tmp:
-        results = [bench_model(m, a.work, a.params, a.reference_set, a.threads, a.repeats, a.warmup, a.agreement_images, Path(tmp))
+        results = [bench_model(m, a.work, a.params, a.reference_set, a.threads, a.repeats, a.warmup, a.agreement_images, Path(tmp), extra.get(m), a.only)
                    for m in a.models]
     sys.stdout.write(render(results, cpu, a.repeats) + "\n")
     if a.out:
