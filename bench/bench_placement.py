@@ -7,8 +7,9 @@ calibration here), each a placement change on the way from ORT's recipe to the `
 * ``ort``: the record's own file (ORT's placement: every op type, outputs too);
 * ``conv+outputs``: Q/DQ on Conv/ConvTranspose/Gemm/MatMul only, their outputs quantized too (a pair between each Conv
   and its activation), symmetric per-channel weights;
-* ``conv-inputs``: the same, no output quantized (Conv -> activation chain left whole, graph outputs float);
-* ``openvino``: ``conv-inputs`` plus residual Add/Mul on two integer inputs (the ``openvino`` recipe);
+* ``openvino``: the same, no output quantized (Conv -> activation chain left whole, graph outputs float): the
+  ``openvino`` recipe (called ``conv-inputs`` in the first runs);
+* ``openvino-eltwise``: ``openvino`` plus residual Add/Mul on two integer inputs (measured slower, not kept);
 * each ``--extra MODEL:LABEL=PATH`` as given (e.g. NNCF's file from ``bench/nncf_quantize.py``).
 
 Every model of one thread count is timed in ONE interleaved loop (:func:`quantkit.runtimes.latency.interleaved_latency`:
@@ -39,15 +40,14 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from quantkit.quantize.placement import OPENVINO, PlacementRecipe, register_placement  # noqa: E402
+from quantkit.quantize.placement import OPENVINO, OPENVINO_ELTWISE, PlacementRecipe, register_placement  # noqa: E402
 
 CONV_OPS = OPENVINO.op_types
 RECIPES = {
     "conv+outputs": PlacementRecipe("bench-conv-outputs", op_types=CONV_OPS, quantize_outputs=True, per_channel_weights=True,
                                     symmetric_weights=True, activation_type="uint8"),
-    "conv-inputs": PlacementRecipe("bench-conv-inputs", op_types=CONV_OPS, quantize_outputs=False, per_channel_weights=True,
-                                   symmetric_weights=True, activation_type="uint8"),
     "openvino": OPENVINO,
+    "openvino-eltwise": OPENVINO_ELTWISE,
 }
 TARGETS = {("openvino", 1): 1.6, ("openvino", 2): 1.6, ("onnxruntime", 1): 1.5, ("onnxruntime", 2): 1.3}
 """Issue 32's bars: the candidate vs the runtime's best float run (OpenVINO: its default precision; ORT: level all)."""

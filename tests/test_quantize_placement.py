@@ -14,15 +14,21 @@ from quantkit.artifacts import CalibrationRecord
 from quantkit.cli.main import main
 from quantkit.errors import ConfigError, UnsupportedOptionError
 from quantkit.quantize import StaticQuantConfig, quantize
-from quantkit.quantize.placement import OPENVINO, ORT, PlacementRecipe, placement_recipe, plan_placement, register_placement
+from quantkit.quantize.placement import OPENVINO, OPENVINO_ELTWISE, ORT, PlacementRecipe, placement_recipe, plan_placement, register_placement
 
 SIZE = 16
 ALL = ["Add", "Conv", "GlobalAveragePool", "Mul", "Sigmoid"]
 
 
-def test_openvino_plan_keeps_activation_chains_and_broadcasts_out():
+def test_openvino_plan_quantizes_conv_inputs_only():
     m = activation_chains_model(SIZE)
     plan = plan_placement(OPENVINO, m, ALL, ["conv3"])
+    assert plan.op_types == ("Conv",) and plan.nodes_to_exclude == ("conv3",) and plan.no_output_op_types == ("Conv",)
+
+
+def test_eltwise_plan_keeps_activation_chains_and_broadcasts_out():
+    m = activation_chains_model(SIZE)
+    plan = plan_placement(OPENVINO_ELTWISE, m, ALL, ["conv3"])
     assert plan.op_types == ("Add", "Conv", "Mul")
     # SiLU's and HardSwish's Mul are the activation; the SE block's Mul broadcasts; the residual Add stays quantized
     assert plan.nodes_to_exclude == ("conv3", "hswish_mul", "se_mul", "silu_mul")
@@ -43,7 +49,7 @@ def test_recipes_are_checked_against_the_config():
         StaticQuantConfig(placement="openvino", per_channel=True, symmetric_weights=False)
     with pytest.raises(UnsupportedOptionError, match="remove op_types_to_quantize"):
         StaticQuantConfig(placement="openvino", per_channel=True, op_types_to_quantize=("Conv",))
-    with pytest.raises(ConfigError, match="'tflite' is not a known recipe; use one of openvino, ort"):
+    with pytest.raises(ConfigError, match="'tflite' is not a known recipe; use one of openvino, openvino-eltwise, ort"):
         StaticQuantConfig(placement="tflite")
     with pytest.raises(ConfigError, match="already registered"):
         register_placement(PlacementRecipe("openvino"))
@@ -59,7 +65,7 @@ def quantized(tmp_path_factory):
     ort = quantize(intake, StaticQuantConfig(per_channel=True), out=root / "ort", calibration_set=cset)
     params = root / "params.yaml"
     params.write_text("quantize:\n  per_channel: true\n")
-    rc = main(["quantize", str(intake), "--params", str(params), "--placement", "openvino", "--ranges-from", str(root / "ort"),
+    rc = main(["quantize", str(intake), "--params", str(params), "--placement", "openvino-eltwise", "--ranges-from", str(root / "ort"),
                "--out", str(root / "openvino")])
     assert rc == 0
     return root, intake, ort, CalibrationRecord.load(root / "openvino")
@@ -83,7 +89,7 @@ def test_openvino_file_has_no_qdq_inside_chains_nor_on_outputs(quantized):
     for n in q.graph.node:  # weights: per-channel, zero point 0
         if n.op_type == "DequantizeLinear" and n.input[0] in inits and inits[n.input[0]].dtype == np.int8 and inits[n.input[0]].ndim == 4:
             assert inits[n.input[1]].ndim == 1 and not inits[n.input[2]].any()
-    assert ov.config["placement"] == "openvino" and ov.calibration["ranges_from"] == ort.fingerprint
+    assert ov.config["placement"] == "openvino-eltwise" and ov.calibration["ranges_from"] == ort.fingerprint
     assert ov.calibrated_ranges == ort.calibrated_ranges
     # one calibration, same activation scale where both recipes quantize the tensor
     ort_scales = {t.name: t.scale for t in ort.tensors if t.role == "activation"}

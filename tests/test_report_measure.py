@@ -43,6 +43,11 @@ def test_every_variant_on_every_installed_runtime(work, tmp_path):
                                           if r["vs_fp32"] is not None and r["vs_fp32"] < 1]
     assert result["slower_than_best_float"] == [f"tiny {r['variant']} {r['runtime']}@1 (best float: {r['best_float']})"
                                                 for r in result["latency"] if r["vs_fp32"] is not None and r["vs_best_float"] < 1]
+    profiled = {(p["variant"], p["runtime"]) for p in result["node_time"]}
+    assert profiled == {(v, rt) for rt in runtimes for v in ("deployed", "candidate")}
+    for p in result["node_time"]:  # each runtime's own profile of one inference
+        assert p["total_ms"] > 0 and 0 <= p["integer_kernel_share"] <= 1 and p["by_kind"]
+        assert p["conversions"] == len(p["slowest_conversions"]) or p["conversions"] > 8
     paths = write_measurements(result, tmp_path / "machine")
     assert json.loads(paths["json"].read_text()) == result
     js = paths["js"].read_text()

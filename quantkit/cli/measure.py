@@ -66,6 +66,10 @@ def run(args: argparse.Namespace) -> int:
         w(f"{r['model']:<14} {r['variant']:<13} {r['runtime']:<12} {r['threads']:>7} {r['median_ms']:>10.1f} {vs:>8} {best:>14}\n")
     for rt, why in result["skipped"].items():
         w(f"{rt}: skipped ({why})\n")
+    for p in result.get("node_time", []):
+        kinds = ", ".join(f"{k['type']} {k['precision']} {k['ms']:.1f}" for k in p["by_kind"][:4])
+        w(f"{p['model']} {p['variant']} on {p['runtime']}@{p['threads']}: {100 * p['integer_kernel_share']:.0f}% of {p['total_ms']:.1f} ms "
+          f"in integer Conv/MatMul kernels; {p['conversions']} standalone Q/DQ nodes, {p['conversion_ms']:.1f} ms; {kinds}\n")
     for s in result["slower_than_fp32"]:
         w(f"slower than FP32: {s}\n")
     for s in result["slower_than_best_float"]:

@@ -134,10 +134,11 @@ class StaticQuantConfig(_Common):
         op_types_to_quantize: empty = every op type ORT's QDQ and QLinear registries know.
         tensor_overrides: ``{tensor name: TensorOverride}`` (``TensorQuantOverrides``).
         placement: where Q/DQ pairs go, a recipe of :mod:`quantkit.quantize.placement`: ``ort`` (ORT's own: every
-            op type it knows, outputs too) or ``openvino`` (inputs and weights of Conv/ConvTranspose/Gemm/MatMul and
-            of residual Add/Mul, nothing inside a Conv's activation chain, no output quantization; needs
-            ``per_channel: true``, uint8 activations, int8 symmetric weights). Calibration covers the ``ort``
-            recipe's tensors whatever the placement, so one record's ranges serve every recipe.
+            op type it knows, outputs too), ``openvino`` (inputs and weights of Conv/ConvTranspose/Gemm/MatMul only,
+            nothing inside a Conv's activation chain, no output quantization; needs ``per_channel: true``, uint8
+            activations, int8 symmetric weights) or ``openvino-eltwise`` (also residual Add/Mul inputs; measured
+            slower). Calibration covers the ``ort`` recipe's tensors whatever the placement, so one record's ranges
+            serve every recipe.
     """
 
     method: Method = "minmax"

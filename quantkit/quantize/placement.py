@@ -10,11 +10,17 @@ saved (``shared/notes/openvino_int8_profile.md``).
 
 The ``openvino`` recipe follows NNCF's CPU setup (``openvinotoolkit/nncf``: ``src/nncf/common/hardware/setups/cpu.py``
 and the ONNX fused patterns ``src/nncf/onnx/hardware/fused_patterns.py``): Q/DQ on the activation inputs and the
-weights of ``Conv``, ``ConvTranspose``, ``Gemm`` and ``MatMul`` only; on ``Add``/``Mul`` only where both inputs are
-activations of the same shape (a residual sum: OpenVINO then adds in the integer domain) and neither input is
-computed from the other by an activation chain (that Mul *is* the activation); no op's output quantized for its
-own sake (a tensor is quantized where a quantized op reads it, so graph outputs stay float); unsigned 8-bit
-per-tensor activations; symmetric signed 8-bit per-channel weights (zero point 0).
+weights of ``Conv``, ``ConvTranspose``, ``Gemm`` and ``MatMul`` only; no op's output quantized for its own sake (a
+tensor is quantized where a quantized op reads it, so graph outputs stay float); unsigned 8-bit per-tensor
+activations; symmetric signed 8-bit per-channel weights (zero point 0).
+
+``openvino-eltwise`` adds Q/DQ on the inputs of ``Add``/``Mul`` whose two inputs are activations of the same shape
+(a residual sum) and neither is computed from the other by an activation chain (that Mul *is* the activation). It
+was measured and not kept as ``openvino``: on the demo detectors (OpenVINO 2026.4, default precision, 2-core Zen 4,
+interleaved medians, ``bench/bench_placement.py``) it was as fast or slower than without in all 8 comparisons
+(PP-OCRv4 det 640: 53.1 vs 42.6 ms at 1 thread, 75.2 vs 59.0 ms at 2; ddddocr det 416: 26.7 vs 26.6, 44.0 vs 42.0
+in one run; 92.7 vs 92.5, 78.7 vs 59.4, 41.6 vs 30.3, 23.5 vs 20.1 in another) at equal or lower agreement. A pair
+on the Conv branch of a residual Add keeps OpenVINO from fusing the Add into the Conv as a sum post-op.
 
 A recipe is data (:class:`PlacementRecipe`); :func:`plan_placement` applies one to a model and returns the op types,
 the nodes to keep out and the op types whose outputs stay float, which :mod:`.adapter` hands to ORT as
@@ -65,10 +71,11 @@ class PlacementRecipe:
 
 
 ORT = PlacementRecipe("ort")
-OPENVINO = PlacementRecipe("openvino", op_types=("Conv", "ConvTranspose", "Gemm", "MatMul"), paired_eltwise=("Add", "Mul"),
-                          quantize_outputs=False, per_channel_weights=True, symmetric_weights=True, activation_type="uint8")
+OPENVINO = PlacementRecipe("openvino", op_types=("Conv", "ConvTranspose", "Gemm", "MatMul"), quantize_outputs=False,
+                          per_channel_weights=True, symmetric_weights=True, activation_type="uint8")
+OPENVINO_ELTWISE = dataclasses.replace(OPENVINO, name="openvino-eltwise", paired_eltwise=("Add", "Mul"))
 
-PLACEMENTS: dict[str, PlacementRecipe] = {r.name: r for r in (ORT, OPENVINO)}
+PLACEMENTS: dict[str, PlacementRecipe] = {r.name: r for r in (ORT, OPENVINO, OPENVINO_ELTWISE)}
 """Recipes by name; :func:`register_placement` adds one (a benchmark's variant, a user's own)."""
 
 
@@ -184,5 +191,5 @@ def plan_placement(recipe: PlacementRecipe, model: Any, op_types: Iterable[str],
     return PlacementPlan(tuple(quantized), tuple(sorted(set(excluded))), no_out)
 
 
-__all__ = ["ACTIVATION_OPS", "OPENVINO", "ORT", "PLACEMENTS", "PlacementPlan", "PlacementRecipe", "is_paired_eltwise", "placement_recipe",
+__all__ = ["ACTIVATION_OPS", "OPENVINO", "OPENVINO_ELTWISE", "ORT", "PLACEMENTS", "PlacementPlan", "PlacementRecipe", "is_paired_eltwise", "placement_recipe",
            "plan_placement", "register_placement"]

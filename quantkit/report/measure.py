@@ -49,6 +49,8 @@ class MeasureConfig(Config):
     threads: intra-op thread counts, each timed separately (e.g. ``[1, 2]``: one core, a 2-core machine's width).
     repeats: timed runs of each model per runtime and thread count (medians reported; at least 3).
     warmup: untimed runs of each model first. images: inputs cycled over the repeats (the first N of the set).
+    node_profile: also run each quantized variant once under its runtime's own profiler at the first thread count and
+        report where the time went (``node_time``: share in integer Conv/MatMul kernels, standalone Q/DQ nodes).
     """
 
     PARAMS_OPTIONAL: ClassVar[bool] = True
@@ -58,6 +60,7 @@ class MeasureConfig(Config):
     repeats: int = 9
     warmup: int = 2
     images: int = 4
+    node_profile: bool = True
 
     def validate(self) -> None:
         from ..runtimes.latency import RUNTIMES
@@ -114,7 +117,8 @@ def measure(works: Sequence[str | Path], config: MeasureConfig | None = None, *,
     Returns:
         ``{"schema_version", "machine", "method", "latency": [{model, variant, runtime, threads, median_ms,
         vs_fp32, vs_deployed, best_float, vs_best_float}], "skipped": {runtime: why}, "slower_than_fp32":
-        ["model variant runtime@threads"], "slower_than_best_float": ["model variant runtime@threads (best float: label)"]}``;
+        ["model variant runtime@threads"], "slower_than_best_float": ["model variant runtime@threads (best float: label)"],
+        "node_time": [{model, variant, runtime, threads, total_ms, integer_kernel_share, conversion_ms, conversions, ...}]}``;
         ``vs_*`` = the other's median / this median (above 1: faster). Milliseconds per inference, one image. Float
         variants are ``fp32`` (deployment settings) and, on OpenVINO, ``fp32-default``.
 
@@ -133,6 +137,7 @@ def measure(works: Sequence[str | Path], config: MeasureConfig | None = None, *,
     if os.environ.get("QUANTKIT_THREADS", "").strip():
         raise ConfigError("QUANTKIT_THREADS is set: it overrides the thread counts latency is measured at; unset it")
     rows: list[dict[str, Any]] = []
+    profiles: list[dict[str, Any]] = []
     for work in map(Path, works):
         models = _models(work)
         feeds = _feeds(work, Path(image_set) if image_set else None, cfg.images)
@@ -150,6 +155,8 @@ def measure(works: Sequence[str | Path], config: MeasureConfig | None = None, *,
                                  "vs_deployed": round(ms["deployed"] / m, 3) if variant == "candidate" and "deployed" in ms else None,
                                  "best_float": best, "vs_best_float": round(ms[best] / m, 3)})
                 log.info("%s on %s, %d thread(s): %s", work.name, rt, t, ", ".join(f"{k} {v:.1f} ms" for k, v in ms.items()))
+            if cfg.node_profile:
+                profiles.extend(_node_time(work.name, rt, {k: v for k, v in models.items() if k != "fp32"}, feeds[0], timer.threads[0]))
     slower = [f"{r['model']} {r['variant']} {r['runtime']}@{r['threads']}" for r in rows if r["vs_fp32"] is not None and r["vs_fp32"] < 1.0]
     for s in slower:
         log.warning("slower than FP32: %s", s)
@@ -160,7 +167,27 @@ def measure(works: Sequence[str | Path], config: MeasureConfig | None = None, *,
     cpu = cpu_isa()
     return {"schema_version": 2, "machine": cpu_label(cpu), "slower_than_best_float": below_best,
             "method": f"interleaved medians of {cfg.repeats} runs after {cfg.warmup} warm-up runs, {cfg.images} images, each runtime at its "
-                      "deployment settings (ONNX Runtime with intra-op spinning off, so idle sessions do not slow the timed one)", "latency": rows, "skipped": skipped, "slower_than_fp32": slower}
+                      "deployment settings (ONNX Runtime with intra-op spinning off, so idle sessions do not slow the timed one)", "latency": rows, "skipped": skipped, "slower_than_fp32": slower,
+            "node_time": profiles}
+
+
+def _node_time(model: str, runtime: str, variants: dict[str, Path], feed: dict[str, Any], threads: int) -> list[dict[str, Any]]:
+    """One profiled inference of each variant on ``runtime`` at its deployment settings
+    (:func:`quantkit.runtimes.precision.time_profile`); a runtime that cannot profile gives no row."""
+    from ..runtimes import deployment_options, make_runtime
+    from ..runtimes.precision import time_profile
+
+    out = []
+    for variant, path in variants.items():
+        with make_runtime(runtime, path, name=variant, **deployment_options(runtime, threads)) as rt:
+            try:
+                nodes = rt.node_precisions(feed)
+            except NotImplementedError:
+                return []
+        prof = time_profile(nodes)
+        if prof.total_ms > 0:
+            out.append({"model": model, "variant": variant, "runtime": runtime, "threads": threads, **prof.to_dict()})
+    return out
 
 
 def write_measurements(result: dict[str, Any], out: str | Path) -> dict[str, Path]:
