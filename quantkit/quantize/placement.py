@@ -16,11 +16,12 @@ activations; symmetric signed 8-bit per-channel weights (zero point 0).
 
 ``openvino-eltwise`` adds Q/DQ on the inputs of ``Add``/``Mul`` whose two inputs are activations of the same shape
 (a residual sum) and neither is computed from the other by an activation chain (that Mul *is* the activation). It
-was measured and not kept as ``openvino``: on the demo detectors (OpenVINO 2026.4, default precision, 2-core Zen 4,
-interleaved medians, ``bench/bench_placement.py``) it was as fast or slower than without in all 8 comparisons
-(PP-OCRv4 det 640: 53.1 vs 42.6 ms at 1 thread, 75.2 vs 59.0 ms at 2; ddddocr det 416: 26.7 vs 26.6, 44.0 vs 42.0
-in one run; 92.7 vs 92.5, 78.7 vs 59.4, 41.6 vs 30.3, 23.5 vs 20.1 in another) at equal or lower agreement. A pair
-on the Conv branch of a residual Add keeps OpenVINO from fusing the Add into the Conv as a sum post-op.
+was measured and not kept as ``openvino``: on the demo detectors (OpenVINO 2026.4, default precision, a loaded 2-core
+Zen 4, interleaved medians, ``bench/bench_placement.py``, three runs) it was as fast or slower than without in 11 of 12
+comparisons, ms with / without: PP-OCRv4 det 640 at 1 / 2 threads 92.7/92.5, 78.7/59.4; 53.1/42.6, 75.2/59.0;
+60.2/56.2, 46.8/45.7; ddddocr det 416: 41.6/30.3, 23.5/20.1; 26.7/26.6, 44.0/42.0; 36.9/36.2, 22.2/24.4 (the one
+faster), at equal or lower agreement. A likely cause (not verified in OpenVINO's graph): a pair on the Conv branch of a
+residual Add keeps the CPU plugin from fusing the Add into the Conv as a sum post-op.
 
 A recipe is data (:class:`PlacementRecipe`); :func:`plan_placement` applies one to a model and returns the op types,
 the nodes to keep out and the op types whose outputs stay float, which :mod:`.adapter` hands to ORT as
