@@ -26,6 +26,20 @@ def test_openvino_plan_quantizes_conv_inputs_only():
     assert plan.op_types == ("Conv",) and plan.nodes_to_exclude == ("conv3",) and plan.no_output_op_types == ("Conv",)
 
 
+def test_openvino_plan_keeps_conv_transpose_outputs_quantized():
+    from onnx import TensorProto, helper
+
+    w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
+    wt = numpy_helper.from_array(np.ones((4, 2, 2, 2), np.float32), "wt")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("ConvTranspose", ["c", "wt"], ["d"], name="deconv", strides=[2, 2]),
+             helper.make_node("Sigmoid", ["d"], ["y"], name="sigmoid")]
+    g = helper.make_graph(nodes, "up", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 16, 16])], [w, wt])
+    plan = plan_placement(OPENVINO, helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), ["Conv", "ConvTranspose", "Sigmoid"], [])
+    assert plan.op_types == ("Conv", "ConvTranspose") and plan.no_output_op_types == ("Conv",)
+
+
 def test_eltwise_plan_keeps_activation_chains_and_broadcasts_out():
     m = activation_chains_model(SIZE)
     plan = plan_placement(OPENVINO_ELTWISE, m, ALL, ["conv3"])

@@ -11,8 +11,11 @@ saved (``shared/notes/openvino_int8_profile.md``).
 The ``openvino`` recipe follows NNCF's CPU setup (``openvinotoolkit/nncf``: ``src/nncf/common/hardware/setups/cpu.py``
 and the ONNX fused patterns ``src/nncf/onnx/hardware/fused_patterns.py``): Q/DQ on the activation inputs and the
 weights of ``Conv``, ``ConvTranspose``, ``Gemm`` and ``MatMul`` only; no op's output quantized for its own sake (a
-tensor is quantized where a quantized op reads it, so graph outputs stay float); unsigned 8-bit per-tensor
-activations; symmetric signed 8-bit per-channel weights (zero point 0).
+tensor is quantized where a quantized op reads it, so graph outputs stay float) except ``ConvTranspose``'s; unsigned
+8-bit per-tensor activations; symmetric signed 8-bit per-channel weights (zero point 0). ``ConvTranspose`` keeps its
+output pair because OpenVINO's integer deconvolution with a float output was slow: on PP-OCRv4 det 640 (OpenVINO
+2026.4, 1 thread, ``PERF_COUNT``, two alternating runs) ``ConvolutionBackpropData`` took 9.1 / 7.9 ms without the
+pair and 3.5 / 3.1 ms with it, the layer sum 46.8 / 42.9 against 42.3 / 35.3 ms.
 
 ``openvino-eltwise`` adds Q/DQ on the inputs of ``Add``/``Mul`` whose two inputs are activations of the same shape
 (a residual sum) and neither is computed from the other by an activation chain (that Mul *is* the activation). It
@@ -60,6 +63,7 @@ class PlacementRecipe:
         per_channel_weights: the recipe needs per-channel weights (``quantize.per_channel: true``).
         symmetric_weights: the recipe needs symmetric weights, zero point 0 (``WeightSymmetric``); None = ORT's default.
         activation_type: the activation type the recipe needs, or None for any.
+        output_op_types: op types whose outputs are quantized even when ``quantize_outputs`` is False.
     """
 
     name: str
@@ -69,11 +73,12 @@ class PlacementRecipe:
     per_channel_weights: bool = False
     symmetric_weights: bool | None = None
     activation_type: str | None = None
+    output_op_types: tuple[str, ...] = ()
 
 
 ORT = PlacementRecipe("ort")
 OPENVINO = PlacementRecipe("openvino", op_types=("Conv", "ConvTranspose", "Gemm", "MatMul"), quantize_outputs=False,
-                          per_channel_weights=True, symmetric_weights=True, activation_type="uint8")
+                          per_channel_weights=True, symmetric_weights=True, activation_type="uint8", output_op_types=("ConvTranspose",))
 OPENVINO_ELTWISE = dataclasses.replace(OPENVINO, name="openvino-eltwise", paired_eltwise=("Add", "Mul"))
 
 PLACEMENTS: dict[str, PlacementRecipe] = {r.name: r for r in (ORT, OPENVINO, OPENVINO_ELTWISE)}
@@ -188,7 +193,7 @@ def plan_placement(recipe: PlacementRecipe, model: Any, op_types: Iterable[str],
         excluded += unpaired
     present = {n.op_type for n in model.graph.node}
     quantized = [t for t in quantized if t in present]
-    no_out = () if recipe.quantize_outputs else tuple(quantized)
+    no_out = () if recipe.quantize_outputs else tuple(t for t in quantized if t not in recipe.output_op_types)
     return PlacementPlan(tuple(quantized), tuple(sorted(set(excluded))), no_out)
 
 
