@@ -1,8 +1,8 @@
 """Q/DQ placement recipes side by side on ONNX Runtime and OpenVINO: latency (interleaved, one run) and agreement with FP32.
 
 For each model folder ``WORK/<model>`` (``intake/`` and a static record ``quantize/ort/`` quantized with the ``ort``
-placement), INT8 variants are built from that one record's calibrated ranges (``quantize(..., ranges_from=...)``, no
-calibration here), each a placement change on the way from ORT's recipe to the ``openvino`` one:
+placement), INT8 variants are built from that one record's calibrated ranges (no calibration here,
+:func:`quantkit.quantize.quantize_with_ranges`), each a placement change on the way from ORT's recipe to ``openvino``:
 
 * ``ort``: the record's own file (ORT's placement: every op type, outputs too);
 * ``conv+outputs``: Q/DQ on Conv/ConvTranspose/Gemm/MatMul only, their outputs quantized too (a pair between each Conv
@@ -65,16 +65,16 @@ def _cpu() -> str:
 
 
 def build_variants(intake: Path, base: Path, dest: Path) -> dict[str, Path]:
-    """The INT8 files of each placement, from ``base``'s ranges (quantkit's engine, ``ranges_from``)."""
+    """The INT8 files of each placement, from ``base``'s ranges (:func:`quantkit.quantize.quantize_with_ranges`)."""
     from quantkit.artifacts import CalibrationRecord
-    from quantkit.quantize import StaticQuantConfig, quantize
+    from quantkit.quantize import StaticQuantConfig, quantize_with_ranges
 
     rec = CalibrationRecord.load(base)
     cfg = StaticQuantConfig.from_dict(rec.config)
     out = {"ort": base / "model_int8.onnx"}
     for label, recipe in RECIPES.items():
         register_placement(recipe)
-        quantize(intake, cfg.replace(placement=recipe.name, per_channel=True), out=dest / label, ranges_from=base)
+        quantize_with_ranges(base, intake, cfg.replace(placement=recipe.name, per_channel=True), out=dest / label)
         out[label] = dest / label / "model_int8.onnx"
     return out
 

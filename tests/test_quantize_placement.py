@@ -13,7 +13,7 @@ from test_quantize_fixtures import _write_intake, make_set
 from quantkit.artifacts import CalibrationRecord
 from quantkit.cli.main import main
 from quantkit.errors import ConfigError, UnsupportedOptionError
-from quantkit.quantize import StaticQuantConfig, quantize
+from quantkit.quantize import StaticQuantConfig, quantize, quantize_with_ranges
 from quantkit.quantize.placement import OPENVINO, OPENVINO_ELTWISE, ORT, PlacementRecipe, placement_recipe, plan_placement, register_placement
 
 SIZE = 16
@@ -112,10 +112,10 @@ def test_openvino_file_has_no_qdq_inside_chains_nor_on_outputs(quantized):
             assert t.scale == ort_scales[t.name]
 
 
-def test_ranges_from_refuses_another_calibration(quantized, tmp_path):
+def test_ranges_from_refuses_another_calibration(quantized, tmp_path, capsys):
     root, intake, _, _ = quantized
     with pytest.raises(ConfigError, match="method: 'entropy' differs from the record's 'minmax'"):
-        quantize(intake, StaticQuantConfig(method="entropy", per_channel=True), out=tmp_path / "x", ranges_from=root / "ort")
-    with pytest.raises(UnsupportedOptionError, match="drop --calibration-set or drop --ranges-from"):
-        quantize(intake, StaticQuantConfig(per_channel=True), out=tmp_path / "x", ranges_from=root / "ort", calibration_set=root / "set")
+        quantize_with_ranges(root / "ort", intake, StaticQuantConfig(method="entropy", per_channel=True), out=tmp_path / "x")
+    rc = main(["quantize", str(intake), "--ranges-from", str(root / "ort"), "--calibration-set", str(root / "set"), "--out", str(tmp_path / "x")])
+    assert rc == 2 and "--ranges-from reuses a record's calibration; drop --calibration-set" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()

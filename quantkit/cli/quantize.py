@@ -64,7 +64,7 @@ def _stamp(path: Path | None) -> tuple[int, int, int] | None:
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import ConfigError
-    from ..quantize import quantize
+    from ..quantize import quantize, quantize_with_ranges
     from ..quantize.engine import checkpoint_path
 
     from ._roles import role_path
@@ -80,8 +80,13 @@ def run(args: argparse.Namespace) -> int:
     ckpt = None if args.dynamic or args.ranges_from else checkpoint_path(args.out, args.checkpoint)
     before = _stamp(ckpt)
     try:
-        rec = quantize(args.intake, config, out=args.out, calibration_set=None if args.dynamic else args.calibration_set,
-                       checkpoint=args.checkpoint, ranges_from=args.ranges_from, **floor)
+        if args.ranges_from is not None:
+            if args.calibration_set or args.dynamic:
+                raise ConfigError("--ranges-from reuses a record's calibration; drop --calibration-set / --role / --dynamic")
+            rec = quantize_with_ranges(args.ranges_from, args.intake, config, out=args.out, **floor)
+        else:
+            rec = quantize(args.intake, config, out=args.out, calibration_set=None if args.dynamic else args.calibration_set,
+                           checkpoint=args.checkpoint, **floor)
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: quantize keeps the checkpoint it saved; main() says so
         if ckpt is not None and ckpt.is_file() and _stamp(ckpt) != before:
             e.kept = f"the calibration checkpoint {ckpt} was kept: the same command resumes from it"  # type: ignore[attr-defined]

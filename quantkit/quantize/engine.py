@@ -315,7 +315,6 @@ def quantize(
     calibration_set: Any = None,
     checkpoint: str | Path | None = None,
     levels_floor: float = outputs.DEFAULT_LEVELS_FLOOR,
-    ranges_from: CalibrationRecord | str | Path | None = None,
 ) -> CalibrationRecord:
     """Quantize the intake model; the config's type selects static (calibrated) or dynamic.
 
@@ -330,10 +329,6 @@ def quantize(
             when it succeeds or fails with another error (its fix changes the model or config, hence the key).
         levels_floor: a channel of a quantized graph output spanning fewer quantization steps is flagged
             (record ``calibration["collapsed_outputs"]``, a warning); see :mod:`quantkit.quantize.outputs`.
-        ranges_from: a static record (or its folder / ``record.json``) of the same float model whose calibrated
-            ranges are used instead of calibrating (no ``calibration_set``): one calibration, several placements
-            or weight settings. ``config`` must calibrate as the record's did (:data:`CALIBRATION_FIELDS`); the new
-            record names the old one's fingerprint (``calibration["ranges_from"]``).
 
     Returns:
         The :class:`CalibrationRecord` written to ``out/record.json``. Its ``calibration`` also lists every
@@ -362,8 +357,6 @@ def quantize(
     if not isinstance(config, StaticQuantConfig):
         raise TypeError(f"config must be StaticQuantConfig or DynamicQuantConfig, not {type(config).__name__}")
     check_one_image_batch(model, note.preprocessing.input_name, model_path, batch_axis=note.preprocessing.batch_axis)
-    if ranges_from is not None:
-        return _from_ranges(ranges_from, model, model_path, note, config, out, calibration_set, inputs, levels_floor)
     ckpt = checkpoint_path(out, checkpoint)
     check_output_dir(out, "quantize", inputs=inputs)  # these two now, not after calibrating
     check_output_file(ckpt, CHECKPOINT_KIND, inputs=inputs, flag="--checkpoint")  # it is replaced, then removed
@@ -377,35 +370,6 @@ def quantize(
         raise
     ckpt.unlink(missing_ok=True)
     return rec
-
-
-#: Config fields that decide a calibration's ranges: a config that differs from a record's in one of them cannot use its ranges.
-CALIBRATION_FIELDS = ("method", "calibration_symmetric", "percentile", "num_bins", "num_quantized_bins", "distribution_scenario",
-                      "moving_average", "averaging_constant", "max_images", "calibration_graph")
-
-
-def _from_ranges(source: CalibrationRecord | str | Path, model: Any, model_path: Path, note: ExportNote, config: StaticQuantConfig,
-                 out: Path, calibration_set: Any, inputs: list[Any], levels_floor: float) -> CalibrationRecord:
-    """:func:`quantize` with a record's calibrated ranges (``ranges_from``)."""
-    if calibration_set is not None:
-        raise UnsupportedOptionError("ranges_from reuses a record's calibration; drop --calibration-set or drop --ranges-from")
-    rec = source if isinstance(source, CalibrationRecord) else CalibrationRecord.load(source)
-    where = "ranges_from" if isinstance(source, CalibrationRecord) else str(source)
-    if rec.mode != "static":
-        raise ConfigError(f"{where}: record {rec.fingerprint[:12]} is {rec.mode}; ranges come from a static record")
-    digest = sha256_file(model_path)
-    if digest != rec.model_digest:
-        raise ModelError(f"{model_path}: digest {digest[:12]} differs from the record's model_digest {rec.model_digest[:12]}; "
-                         "use a record of this float model")
-    theirs = StaticQuantConfig.from_dict(rec.config)
-    for f in CALIBRATION_FIELDS:
-        if getattr(theirs, f) != getattr(config, f):
-            raise ConfigError(f"{f}: {getattr(config, f)!r} differs from the record's {getattr(theirs, f)!r}, so its ranges are not "
-                              f"this config's; set {f}: {getattr(theirs, f)!r} or calibrate anew")
-    with atomic_output_dir(out, command="quantize", inputs=[*inputs, None if isinstance(source, CalibrationRecord) else source]) as tmp:
-        new = _static(model, model_path, note, config, None, tmp, None, rec, replay_scales=False, levels_floor=levels_floor)
-        new.save(tmp / RECORD_FILE)
-    return new
 
 
 def replay(record: CalibrationRecord | str | Path, intake: str | Path, *, out: str | Path) -> CalibrationRecord:
