@@ -222,6 +222,26 @@ def tiny_map_model(size: int = 32, *, names: bool = True, opset: int = 13) -> on
     return m
 
 
+def activation_chains_model(size: int = 16) -> onnx.ModelProto:
+    """Conv chains as detectors write them: ``a = SiLU(conv1(x))`` (Sigmoid -> Mul), ``b = HardSwish(conv2(a))``
+    (HardSigmoid -> Mul), a residual ``s = a + b``, an SE block's broadcast ``m = s * Sigmoid(conv3(GAP(s)))`` and
+    ``y = conv4(m)``, a float graph output."""
+    inits = [_w("w1", (4, 3, 3, 3), 11), _w("w2", (4, 4, 3, 3), 12), _w("w3", (4, 4, 1, 1), 13), _w("w4", (2, 4, 1, 1), 14)]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["c1"], ["g1"], name="silu_sigmoid"),
+             helper.make_node("Mul", ["c1", "g1"], ["a"], name="silu_mul"),
+             helper.make_node("Conv", ["a", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+             helper.make_node("HardSigmoid", ["c2"], ["g2"], name="hswish_sigmoid", alpha=1.0 / 6),
+             helper.make_node("Mul", ["c2", "g2"], ["b"], name="hswish_mul"),
+             helper.make_node("Add", ["a", "b"], ["s"], name="residual_add"),
+             helper.make_node("GlobalAveragePool", ["s"], ["p"], name="se_pool"),
+             helper.make_node("Conv", ["p", "w3"], ["c3"], name="conv3"),
+             helper.make_node("Sigmoid", ["c3"], ["g3"], name="se_sigmoid"),
+             helper.make_node("Mul", ["s", "g3"], ["m"], name="se_mul"),
+             helper.make_node("Conv", ["m", "w4"], ["y"], name="conv4")]
+    return _model(nodes, [_x(size)], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, size, size])], inits)
+
+
 MODELS = {
     "const": const_model,
     "output_feeds_activation": output_feeds_activation_model,
@@ -229,6 +249,7 @@ MODELS = {
     "concat_head": concat_head_model,
     "conv_relu_conv": conv_relu_conv_model,
     "tiny_map": tiny_map_model,
+    "activation_chains": activation_chains_model,
 }
 """Name -> builder; :func:`build` makes one with its default arguments (``const`` needs its outputs)."""
 

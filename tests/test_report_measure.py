@@ -31,13 +31,23 @@ def test_every_variant_on_every_installed_runtime(work, tmp_path):
     result = measure([root], FAST, image_set=golden)
     timed = {(r["variant"], r["runtime"]) for r in result["latency"]}
     runtimes = [r for r in FAST.runtimes if r in available_runtimes()]
-    assert timed == {(v, rt) for v in ("fp32", "deployed", "candidate") for rt in runtimes}
+    floats = {"onnxruntime": ("fp32",), "openvino": ("fp32", "fp32-default")}  # OpenVINO also at its own default precision
+    assert timed == {(v, rt) for rt in runtimes for v in (*floats[rt], "deployed", "candidate")}
     assert set(result["skipped"]) == set(FAST.runtimes) - set(runtimes)
     for r in result["latency"]:
         assert r["model"] == "tiny" and r["threads"] == 1 and r["median_ms"] > 0
-        assert (r["vs_fp32"] is None) == (r["variant"] == "fp32") and (r["vs_deployed"] is None) == (r["variant"] != "candidate")
+        assert (r["vs_fp32"] is None) == (r["variant"] in floats[r["runtime"]]) and (r["vs_deployed"] is None) == (r["variant"] != "candidate")
+        best = min((x for x in result["latency"] if x["runtime"] == r["runtime"] and x["variant"] in floats[r["runtime"]]), key=lambda x: x["median_ms"])
+        assert r["best_float"] == best["variant"] and r["vs_best_float"] == pytest.approx(best["median_ms"] / r["median_ms"], rel=1e-2)
     assert result["slower_than_fp32"] == [f"tiny {r['variant']} {r['runtime']}@1" for r in result["latency"]
                                           if r["vs_fp32"] is not None and r["vs_fp32"] < 1]
+    assert result["slower_than_best_float"] == [f"tiny {r['variant']} {r['runtime']}@1 (best float: {r['best_float']})"
+                                                for r in result["latency"] if r["vs_fp32"] is not None and r["vs_best_float"] < 1]
+    profiled = {(p["variant"], p["runtime"]) for p in result["node_time"]}
+    assert profiled == {(v, rt) for rt in runtimes for v in ("deployed", "candidate")}
+    for p in result["node_time"]:  # each runtime's own profile of one inference
+        assert p["total_ms"] > 0 and 0 <= p["integer_kernel_share"] <= 1 and p["by_kind"]
+        assert p["conversions"] == len(p["slowest_conversions"]) or p["conversions"] > 8
     paths = write_measurements(result, tmp_path / "machine")
     assert json.loads(paths["json"].read_text()) == result
     js = paths["js"].read_text()
@@ -60,3 +70,21 @@ def test_cli_table_and_bad_inputs(work, tmp_path, capsys):
     assert "measure.repeats: 1 must be >= 3" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="measure.runtimes"):
         MeasureConfig(runtimes=("tensorrt",))
+
+
+def test_require_speedup_exits_1_when_int8_is_slower_than_the_best_float_run(work, tmp_path, monkeypatch, capsys):
+    import quantkit.report.measure as m
+
+    root, golden = work
+    rows = [{"model": "tiny", "variant": v, "runtime": "openvino", "threads": 1, "median_ms": ms, "vs_fp32": vs, "vs_deployed": None,
+             "best_float": "fp32-default", "vs_best_float": round(10.0 / ms, 3)}
+            for v, ms, vs in (("fp32", 20.0, None), ("fp32-default", 10.0, None), ("deployed", 12.5, 1.6))]
+    fake = {"schema_version": 2, "machine": "test", "method": "fake", "latency": rows, "skipped": {}, "slower_than_fp32": [],
+            "slower_than_best_float": ["tiny deployed openvino@1 (best float: fp32-default)"]}
+    monkeypatch.setattr(m, "measure", lambda *a, **k: fake)
+    out = tmp_path / "machine"
+    assert main(["measure", "--model", str(root), "--set", str(golden), "--out", str(out)]) == 0
+    assert main(["measure", "--model", str(root), "--set", str(golden), "--out", str(out), "--require-speedup"]) == 1
+    text = capsys.readouterr().out
+    assert "slower than the runtime's best float run: tiny deployed openvino@1 (best float: fp32-default)" in text
+    assert "0.80x" in text  # the deployed row against fp32-default

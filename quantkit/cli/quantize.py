@@ -26,6 +26,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--checkpoint", metavar="FILE", help="calibration checkpoint file (default: next to --out; resumes an interrupted run)")
     p.add_argument("--min-levels", type=float, metavar="N", help="flag output channels spanning fewer quantization steps "
                    "(default: quantkit.quantize.outputs.DEFAULT_LEVELS_FLOOR)")
+    p.add_argument("--placement", metavar="NAME", help="override quantize.placement: where Q/DQ pairs go (ort | openvino)")
+    p.add_argument("--ranges-from", metavar="RECORD", help="use this record's calibrated ranges instead of calibrating "
+                   "(same float model and calibration settings; e.g. another placement of one calibration)")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (written whole or not at all)")
     p.add_argument("--json", action="store_true", help="print the record summary as JSON")
     p.set_defaults(func=run)
@@ -40,11 +43,11 @@ def build_config(args: argparse.Namespace) -> Any:
     section: dict[str, Any] = dict(load_params(args.params, args.section)) if args.params else {}
     dynamic_section = section.pop("dynamic", {}) or {}
     if args.dynamic:
-        for flag in ("calibration_set", "method", "chunk_size", "max_images", "checkpoint"):
+        for flag in ("calibration_set", "method", "chunk_size", "max_images", "checkpoint", "placement", "ranges_from"):
             if getattr(args, flag) is not None:
                 raise UnsupportedOptionError(f"--{flag.replace('_', '-')} applies to static quantization only; drop it or drop --dynamic")
         return DynamicQuantConfig.from_dict(dynamic_section, where=f"{args.params or 'params'}: {args.section}.dynamic")
-    overrides = {"method": args.method, "calibration_chunk_size": args.chunk_size, "max_images": args.max_images}
+    overrides = {"method": args.method, "calibration_chunk_size": args.chunk_size, "max_images": args.max_images, "placement": args.placement}
     section.update({k: v for k, v in overrides.items() if v is not None})
     return StaticQuantConfig.from_dict(section, where=f"{args.params or 'params'}: {args.section}")
 
@@ -61,23 +64,29 @@ def _stamp(path: Path | None) -> tuple[int, int, int] | None:
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import ConfigError
-    from ..quantize import quantize
+    from ..quantize import quantize, quantize_with_ranges
     from ..quantize.engine import checkpoint_path
 
     from ._roles import role_path
 
-    args.calibration_set = role_path(args.calibration_set, args.params, args.role, "calibration_set", "--calibration-set")
+    if args.ranges_from is None:
+        args.calibration_set = role_path(args.calibration_set, args.params, args.role, "calibration_set", "--calibration-set")
     config = build_config(args)
-    if not args.dynamic and not args.calibration_set:
-        raise ConfigError("static quantization needs --calibration-set DIR (or pass --dynamic)")
+    if not args.dynamic and not args.calibration_set and args.ranges_from is None:
+        raise ConfigError("static quantization needs --calibration-set DIR (or --ranges-from RECORD, or pass --dynamic)")
     floor = {} if args.min_levels is None else {"levels_floor": args.min_levels}
     if args.min_levels is not None and args.dynamic:
         raise ConfigError("--min-levels applies to static quantization only (dynamic models keep float outputs); drop it")
-    ckpt = None if args.dynamic else checkpoint_path(args.out, args.checkpoint)
+    ckpt = None if args.dynamic or args.ranges_from else checkpoint_path(args.out, args.checkpoint)
     before = _stamp(ckpt)
     try:
-        rec = quantize(args.intake, config, out=args.out, calibration_set=None if args.dynamic else args.calibration_set,
-                       checkpoint=args.checkpoint, **floor)
+        if args.ranges_from is not None:
+            if args.calibration_set or args.dynamic:
+                raise ConfigError("--ranges-from reuses a record's calibration; drop --calibration-set / --role / --dynamic")
+            rec = quantize_with_ranges(args.ranges_from, args.intake, config, out=args.out, **floor)
+        else:
+            rec = quantize(args.intake, config, out=args.out, calibration_set=None if args.dynamic else args.calibration_set,
+                           checkpoint=args.checkpoint, **floor)
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: quantize keeps the checkpoint it saved; main() says so
         if ckpt is not None and ckpt.is_file() and _stamp(ckpt) != before:
             e.kept = f"the calibration checkpoint {ckpt} was kept: the same command resumes from it"  # type: ignore[attr-defined]

@@ -56,6 +56,7 @@ from typing import Any
 _WHERE = {
     "DynamicQuantConfig": "config", "StaticQuantConfig": "config", "TensorOverride": "config",
     "MODEL_FILE": "engine", "RECORD_FILE": "engine", "quantize": "engine", "replay": "engine",
+    "quantize_with_ranges": "reuse",
     "clipping_rates": "compare", "compare_layers": "compare", "plot_layer_errors": "compare", "TensorComparison": "compare",
     "precision_fallback": "fallback", "FallbackResult": "fallback", "FallbackConfig": "fallback",
     "export_aimet": "aimet", "import_aimet": "aimet",

@@ -31,6 +31,7 @@ from typing import Literal
 from ..config import Config
 from ..dtypes import int_type
 from ..errors import ConfigError, UnsupportedOptionError
+from .placement import placement_recipe
 
 Method = Literal["minmax", "entropy", "percentile", "distribution"]
 Format = Literal["qdq", "qoperator"]
@@ -141,6 +142,12 @@ class StaticQuantConfig(_Common):
             float (``nodes_to_exclude`` / ``op_types_to_quantize``); each must match the model.
         op_types_to_quantize: empty = every op type ORT's QDQ and QLinear registries know.
         tensor_overrides: ``{tensor name: TensorOverride}`` (``TensorQuantOverrides``).
+        placement: where Q/DQ pairs go, a recipe of :mod:`quantkit.quantize.placement`: ``ort`` (ORT's own: every
+            op type it knows, outputs too), ``openvino`` (inputs and weights of Conv/ConvTranspose/Gemm/MatMul only,
+            nothing inside a Conv's activation chain, no output quantization; needs ``per_channel: true``, uint8
+            activations, int8 symmetric weights) or ``openvino-eltwise`` (also residual Add/Mul inputs; measured
+            slower). Calibration covers the ``ort`` recipe's tensors whatever the placement, so one record's ranges
+            serve every recipe.
     """
 
     per_channel: bool = True
@@ -159,9 +166,11 @@ class StaticQuantConfig(_Common):
     max_images: int | None = None
     calibration_graph: Literal["exact", "optimized"] = "exact"
     tensor_overrides: dict[str, TensorOverride] = dataclasses.field(default_factory=dict)
+    placement: str = "ort"
 
     def validate(self) -> None:
         super().validate()
+        check_placement(self)
         if self.calibration_chunk_size < 1:
             raise ConfigError(f"calibration_chunk_size: {self.calibration_chunk_size} must be >= 1")
         if self.max_images is not None and self.max_images < 1:
@@ -236,6 +245,24 @@ def check_static(c: StaticQuantConfig) -> None:
     for name, ov in c.tensor_overrides.items():
         if ov.quant_type is not None and int_type(ov.quant_type).bits != 8 and c.format != "qdq":
             raise UnsupportedOptionError(f"tensor_overrides.{name}.quant_type: {ov.quant_type} needs format: qdq")
+
+
+def check_placement(c: StaticQuantConfig) -> None:
+    """Raise for a placement that is unknown or whose recipe needs settings the config does not have."""
+    r = placement_recipe(c.placement)
+    where = f"placement: {c.placement}"
+    if r.per_channel_weights and not c.per_channel:
+        raise UnsupportedOptionError(f"{where} needs per-channel weights; set per_channel: true")
+    if r.symmetric_weights and c.symmetric_weights is False:
+        raise UnsupportedOptionError(f"{where} needs symmetric weights (zero point 0); remove symmetric_weights: false")
+    if r.symmetric_weights and c.weight_type != "int8":
+        raise UnsupportedOptionError(f"{where} needs weight_type: int8 (symmetric signed weights); got {c.weight_type}")
+    if r.activation_type is not None and c.activation_type != r.activation_type:
+        raise UnsupportedOptionError(f"{where} needs activation_type: {r.activation_type}; got {c.activation_type}")
+    if (r.op_types or r.paired_eltwise) and c.op_types_to_quantize:
+        raise UnsupportedOptionError(f"{where} chooses the op types itself; remove op_types_to_quantize (op_types_to_exclude still applies)")
+    if c.format != "qdq" and r.name != "ort":
+        raise UnsupportedOptionError(f"{where} places QuantizeLinear/DequantizeLinear pairs; set format: qdq")
 
 
 def check_dynamic(c: DynamicQuantConfig) -> None:

@@ -172,10 +172,12 @@ def _static(model: Any, model_path: Path, note: ExportNote, config: StaticQuantC
                 if record.calibration.get(k):
                     calib[k] = list(record.calibration[k])
             excluded = excluded + [n for n in calib.get("float_nodes", []) if n not in excluded]
-        pinned = [n for n in outputs.relu_fed_outputs(prepared, ranges, op_types, excluded) if n not in config.tensor_overrides and n not in overrides]
+        plan = adapter.placement_plan(config, prepared, op_types, excluded)  # calibration covered every op type; this is what gets Q/DQ
+        q_types, q_excluded = list(plan.op_types), list(plan.nodes_to_exclude)
+        pinned = [n for n in outputs.relu_fed_outputs(prepared, ranges, q_types, q_excluded) if n not in config.tensor_overrides and n not in overrides]
         overrides.update(adapter.range_overrides(ranges, pinned))
-        job = _Quantization(model_path, prep_path, ranges, config, op_types, overrides, note, out / MODEL_FILE, work)
-        q, data, floated = job.run_checked(prepared, excluded, set(calib.get("variable_shape", ())))
+        job = _Quantization(model_path, prep_path, ranges, config, q_types, overrides, note, out / MODEL_FILE, work, plan.no_output_op_types)
+        q, data, floated = job.run_checked(prepared, q_excluded, set(calib.get("variable_shape", ())))
         if floated:
             calib["float_nodes"] = sorted(set(calib.get("float_nodes", [])) | set(floated))
     tensors = extract_scales(q, prepared, ranges=ranges, calibrator=config.method)
@@ -198,11 +200,13 @@ class _Quantization:
     note: ExportNote
     dest: Path
     work: Path
+    no_output_op_types: tuple[str, ...] = ()
 
     def run(self, excluded: list[str]) -> tuple[Any, bytes]:
         raw = self.work / "quantized.onnx"
+        kwargs = adapter.static_kwargs(self.config, self.op_types, excluded, self.overrides or None, self.no_output_op_types)
         try:
-            adapter.run_static(self.prep_path, raw, self.ranges, adapter.static_kwargs(self.config, self.op_types, excluded, self.overrides or None), self.work)
+            adapter.run_static(self.prep_path, raw, self.ranges, kwargs, self.work)
         except QuantkitError:
             raise
         except Exception as e:  # ORT raises ValueError/AttributeError/RuntimeError on models it cannot handle

@@ -11,6 +11,13 @@ Method: :func:`quantkit.runtimes.latency.measure_latency` (per runtime and threa
 input, in rotating order; medians), on the first ``images`` images of a set, each runtime at its deployment
 settings (:data:`quantkit.runtimes.DEPLOYMENT_OPTIONS`). A variant slower than FP32 is listed in
 ``slower_than_fp32`` and logged as a warning, never dropped.
+
+The FP32 model is also timed the other ways each runtime runs a float model (:data:`quantkit.runtimes.latency.FLOAT_RUNS`:
+OpenVINO at its own default precision, ``fp32-default``, bf16 on CPUs with AVX-512 BF16 / AMX, beside the f32-pinned
+``fp32``), interleaved with the rest. Each row's ``vs_best_float`` compares it with the runtime's fastest float run at
+that thread count (``best_float`` names it); an INT8 variant slower than that run is listed in
+``slower_than_best_float``: on such a runtime a user gets more by not quantizing (issue 32: OpenVINO's bf16 FP32 ran
+the demo detectors as fast as their INT8 files). ``quantkit measure --require-speedup`` exits 1 when the list is not empty.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -41,6 +49,8 @@ class MeasureConfig(Config):
     threads: intra-op thread counts, each timed separately (e.g. ``[1, 2]``: one core, a 2-core machine's width).
     repeats: timed runs of each model per runtime and thread count (medians reported; at least 3).
     warmup: untimed runs of each model first. images: inputs cycled over the repeats (the first N of the set).
+    node_profile: also run each quantized variant once under its runtime's own profiler at the first thread count and
+        report where the time went (``node_time``: share in integer Conv/MatMul kernels, standalone Q/DQ nodes).
     """
 
     PARAMS_OPTIONAL: ClassVar[bool] = True
@@ -50,6 +60,7 @@ class MeasureConfig(Config):
     repeats: int = 9
     warmup: int = 2
     images: int = 4
+    node_profile: bool = True
 
     def validate(self) -> None:
         from ..runtimes.latency import RUNTIMES
@@ -105,39 +116,78 @@ def measure(works: Sequence[str | Path], config: MeasureConfig | None = None, *,
 
     Returns:
         ``{"schema_version", "machine", "method", "latency": [{model, variant, runtime, threads, median_ms,
-        vs_fp32, vs_deployed}], "skipped": {runtime: why}, "slower_than_fp32": ["model variant runtime@threads"]}``;
-        ``vs_*`` = the other's median / this median (above 1: faster). Milliseconds per inference, one image.
+        vs_fp32, vs_deployed, best_float, vs_best_float}], "skipped": {runtime: why}, "slower_than_fp32":
+        ["model variant runtime@threads"], "slower_than_best_float": ["model variant runtime@threads (best float: label)"],
+        "node_time": [{model, variant, runtime, threads, total_ms, integer_kernel_share, conversion_ms, conversions, ...}]}``;
+        ``vs_*`` = the other's median / this median (above 1: faster). Milliseconds per inference, one image. Float
+        variants are ``fp32`` (deployment settings) and, on OpenVINO, ``fp32-default``.
 
     Raises:
         InputFileError: a folder without an FP32 or quantized model. ConfigError: bad config, or
             ``QUANTKIT_THREADS`` set (it would override every thread count timed).
     """
     from ..runtimes import available_runtimes
-    from ..runtimes.latency import LatencyConfig, measure_latency
+    from ..runtimes.latency import FLOAT_RUNS, LatencyConfig, interleaved_latency, runner_factory
     from ..runtimes.precision import cpu_isa, cpu_label
 
     cfg = config or MeasureConfig()
     installed = set(available_runtimes())
     skipped = {r: "not installed here" for r in cfg.runtimes if r not in installed}
     timer = LatencyConfig(runtimes=tuple(r for r in cfg.runtimes if r in installed), threads=cfg.threads, repeats=cfg.repeats, warmup=cfg.warmup)
+    if os.environ.get("QUANTKIT_THREADS", "").strip():
+        raise ConfigError("QUANTKIT_THREADS is set: it overrides the thread counts latency is measured at; unset it")
     rows: list[dict[str, Any]] = []
+    profiles: list[dict[str, Any]] = []
     for work in map(Path, works):
-        timings = measure_latency(_models(work), _feeds(work, Path(image_set) if image_set else None, cfg.images), timer)
+        models = _models(work)
+        feeds = _feeds(work, Path(image_set) if image_set else None, cfg.images)
         for rt in timer.runtimes:
+            floats = FLOAT_RUNS.get(rt, {"fp32": runner_factory(rt)})
+            timed = {**{label: models["fp32"] for label in floats}, **{k: v for k, v in models.items() if k != "fp32"}}
             for t in timer.threads:
-                ms = {x.model: x.median_ms for x in timings if x.runtime == rt and x.threads == t}
+                got = interleaved_latency(timed, feeds, threads=t, repeats=timer.repeats, warmup=timer.warmup, runtime=rt,
+                                          label_factories=floats)
+                ms = {k: x.median_ms for k, x in got.items()}
+                best = min(floats, key=lambda k: ms[k])
                 for variant, m in ms.items():
                     rows.append({"model": work.name, "variant": variant, "runtime": rt, "threads": t, "median_ms": round(m, 3),
-                                 "vs_fp32": None if variant == "fp32" else round(ms["fp32"] / m, 3),
-                                 "vs_deployed": round(ms["deployed"] / m, 3) if variant == "candidate" and "deployed" in ms else None})
+                                 "vs_fp32": None if variant in floats else round(ms["fp32"] / m, 3),
+                                 "vs_deployed": round(ms["deployed"] / m, 3) if variant == "candidate" and "deployed" in ms else None,
+                                 "best_float": best, "vs_best_float": round(ms[best] / m, 3)})
                 log.info("%s on %s, %d thread(s): %s", work.name, rt, t, ", ".join(f"{k} {v:.1f} ms" for k, v in ms.items()))
+            if cfg.node_profile:
+                profiles.extend(_node_time(work.name, rt, {k: v for k, v in models.items() if k != "fp32"}, feeds[0], timer.threads[0]))
     slower = [f"{r['model']} {r['variant']} {r['runtime']}@{r['threads']}" for r in rows if r["vs_fp32"] is not None and r["vs_fp32"] < 1.0]
     for s in slower:
         log.warning("slower than FP32: %s", s)
+    below_best = [f"{r['model']} {r['variant']} {r['runtime']}@{r['threads']} (best float: {r['best_float']})" for r in rows
+                  if r["vs_fp32"] is not None and r["vs_best_float"] < 1.0]
+    for s in below_best:
+        log.warning("slower than the runtime's best float run: %s", s)
     cpu = cpu_isa()
-    return {"schema_version": 1, "machine": cpu_label(cpu),
+    return {"schema_version": 2, "machine": cpu_label(cpu), "slower_than_best_float": below_best,
             "method": f"interleaved medians of {cfg.repeats} runs after {cfg.warmup} warm-up runs, {cfg.images} images, each runtime at its "
-                      "deployment settings (ONNX Runtime with intra-op spinning off, so idle sessions do not slow the timed one)", "latency": rows, "skipped": skipped, "slower_than_fp32": slower}
+                      "deployment settings (ONNX Runtime with intra-op spinning off, so idle sessions do not slow the timed one)", "latency": rows, "skipped": skipped, "slower_than_fp32": slower,
+            "node_time": profiles}
+
+
+def _node_time(model: str, runtime: str, variants: dict[str, Path], feed: dict[str, Any], threads: int) -> list[dict[str, Any]]:
+    """One profiled inference of each variant on ``runtime`` at its deployment settings
+    (:func:`quantkit.runtimes.precision.time_profile`); a runtime that cannot profile gives no row."""
+    from ..runtimes import deployment_options, make_runtime
+    from ..runtimes.precision import time_profile
+
+    out = []
+    for variant, path in variants.items():
+        with make_runtime(runtime, path, name=variant, **deployment_options(runtime, threads)) as rt:
+            try:
+                nodes = rt.node_precisions(feed)
+            except NotImplementedError:
+                return []
+        prof = time_profile(nodes)
+        if prof.total_ms > 0:
+            out.append({"model": model, "variant": variant, "runtime": runtime, "threads": threads, **prof.to_dict()})
+    return out
 
 
 def write_measurements(result: dict[str, Any], out: str | Path) -> dict[str, Path]:

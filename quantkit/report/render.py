@@ -49,16 +49,17 @@ SPEED_JS = """
     return esc(n) + " (run <code>dvc repro measure@" + esc(n) + "</code>)"; }).join(", ") + ".</p>" : "";
   if (!latency.length) { box.innerHTML = notMeasured || box.innerHTML; return; }
   var rows = latency.map(function (r) {
-    var slow = r.vs_fp32 && r.vs_fp32 < 1;
-    return "<tr" + (slow ? " class='slow'" : "") + "><td class='l'>" + esc(r.model) + "</td><td class='l'>" + esc(r.variant) + "</td><td class='l'>" +
+    var slow = r.vs_fp32 && r.vs_fp32 < 1, belowBest = r.vs_fp32 && r.vs_best_float && r.vs_best_float < 1;
+    return "<tr" + (slow || belowBest ? " class='slow'" : "") + "><td class='l'>" + esc(r.model) + "</td><td class='l'>" + esc(r.variant) + "</td><td class='l'>" +
       esc(r.runtime) + "</td><td>" + esc(r.threads) + "</td><td>" + r.median_ms.toFixed(1) + "</td><td>" + x(r.vs_fp32) + (slow ? " (slower than FP32)" : "") +
+      "</td><td>" + (r.vs_fp32 ? x(r.vs_best_float) + (belowBest ? " (slower than " + esc(r.best_float) + ": do not quantize for this runtime)" : "") : "–") +
       "</td><td>" + x(r.vs_deployed) + "</td></tr>";
   });
   var skip = Object.keys(skipped).map(function (k) { return esc(k) + " (" + esc(skipped[k]) + ")"; });
   box.innerHTML = "<p>Measured on " + esc(machine || "this machine") + " (" + esc(method) + "). These figures change with the machine." +
     (skip.length ? " Not timed: " + skip.join(", ") + "." : "") + "</p>" + notMeasured +
     "<table id='speed-table'><tr><th class='l'>model</th><th class='l'>variant</th><th class='l'>runtime</th><th>threads</th><th>median ms</th>" +
-    "<th>speed-up vs FP32</th><th>candidate vs deployed</th></tr>" + rows.join("") + "</table>";
+    "<th>speed-up vs FP32</th><th>vs the runtime's best float run</th><th>candidate vs deployed</th></tr>" + rows.join("") + "</table>";
 })();
 """
 

@@ -79,8 +79,22 @@ def _openvino(model: Any, threads: int) -> Runner:
     return make_runtime("openvino", model, name="openvino", **deployment_options("openvino", threads))
 
 
+def _openvino_default(model: Any, threads: int) -> Runner:
+    from . import deployment_options, make_runtime
+
+    opts = {**deployment_options("openvino", threads), "inference_precision": "default"}
+    return make_runtime("openvino", model, name="openvino", **opts)
+
+
 RUNTIMES: dict[str, RunnerFactory] = {"onnxruntime": _ort, "openvino": _openvino}
 """Runner factories by runtime name, each at its deployment settings (ORT level ``all``; OpenVINO CPU, f32 pinned)."""
+
+FLOAT_RUNS: dict[str, dict[str, RunnerFactory]] = {"onnxruntime": {"fp32": _ort},
+                                                    "openvino": {"fp32": _openvino, "fp32-default": _openvino_default}}
+"""Per runtime, the ways it runs a float model that an INT8 model must beat, by label: its deployment settings (``fp32``:
+ORT at level ``all``, OpenVINO with f32 pinned) and, for OpenVINO, its own default precision (``fp32-default``: bf16 on
+CPUs with AVX-512 BF16 / AMX, which ran the demo detectors as fast as their INT8 files, issue 32). A runtime's best
+float run is the fastest of these."""
 
 
 def runner_factory(runtime: str) -> RunnerFactory:
@@ -113,8 +127,13 @@ class Timing:
 
 
 def interleaved_latency(models: Mapping[str, Any], feeds: Sequence[Mapping[str, np.ndarray]], *, threads: int, repeats: int,
-                        warmup: int = 2, runtime: str = "onnxruntime", factory: RunnerFactory | None = None) -> dict[str, Timing]:
+                        warmup: int = 2, runtime: str = "onnxruntime", factory: RunnerFactory | None = None,
+                        label_factories: Mapping[str, RunnerFactory] | None = None) -> dict[str, Timing]:
     """Time ``models`` (``{label: path or bytes}``) interleaved at one thread count.
+
+    ``label_factories`` gives some labels their own runner factory (another runtime, another precision), so runs of
+    different runtimes or settings interleave too; the others use ``factory`` (default: ``runtime``'s). A Timing's
+    ``runtime`` is ``runtime`` for every label.
 
     Every repeat ``r`` runs each model once on ``feeds[r % len(feeds)]``; the model order rotates by one
     each repeat (A B C, B C A, ...), so no model always runs first after another's cache pollution. All
@@ -132,7 +151,8 @@ def interleaved_latency(models: Mapping[str, Any], feeds: Sequence[Mapping[str, 
         raise ConfigError("interleaved_latency: give at least one model, one input and one repeat")
     make = factory or runner_factory(runtime)
     labels = list(models)
-    runners = {k: make(models[k], threads) for k in labels}
+    own = dict(label_factories or {})
+    runners = {k: own.get(k, make)(models[k], threads) for k in labels}
     try:
         for r in runners.values():
             r.activate()
@@ -173,4 +193,4 @@ def measure_latency(models: Mapping[str, Any], feeds: Sequence[Mapping[str, np.n
     return out
 
 
-__all__ = ["LatencyConfig", "RUNTIMES", "RunnerFactory", "Timing", "interleaved_latency", "measure_latency", "runner_factory"]
+__all__ = ["FLOAT_RUNS", "LatencyConfig", "RUNTIMES", "RunnerFactory", "Timing", "interleaved_latency", "measure_latency", "runner_factory"]

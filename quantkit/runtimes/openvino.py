@@ -39,7 +39,9 @@ import numpy as np
 from ..errors import ConfigError, ModelError
 from .base import NodeIssue, NodePrecision, Runtime, RuntimeInfo, SupportProbe, as_model_bytes, env_threads, first_line, onnx_node_names
 
-PRECISIONS = ("f32", "bf16", "f16")
+PRECISIONS = ("f32", "bf16", "f16", "default")
+"""``default`` sets no ``INFERENCE_PRECISION_HINT``: the plugin's own choice (bf16 on CPUs with AVX-512 BF16 / AMX), how a user
+who compiles the FP32 file without options runs it; :meth:`OpenVinoRuntime.info` reports what it chose."""
 _UNCONVERTED = re.compile(r"(?:No conversion rule found for operations|Conversion is failed for):\s*([^\n]+)")
 COMPILED_CACHE_SIZE = 4
 _COMPILED: "collections.OrderedDict[tuple, tuple[Any, Any]]" = collections.OrderedDict()
@@ -60,7 +62,7 @@ class OpenVinoRuntime(Runtime):
         model: ``.onnx`` path, serialized bytes or ``onnx.ModelProto``.
         device: OpenVINO device name (``CPU``).
         inference_precision: ``INFERENCE_PRECISION_HINT`` (``f32`` default, pinned; ``bf16`` / ``f16`` to
-            reproduce what the plugin would choose on its own).
+            reproduce what the plugin would choose on its own; ``default``: no hint, the plugin chooses).
         num_threads: ``INFERENCE_NUM_THREADS`` (0 = the plugin chooses; ``QUANTKIT_THREADS`` overrides).
         outputs: intermediate tensors to expose as extra graph outputs (changes what the plugin compiles).
         name: display name in messages.
@@ -106,7 +108,7 @@ class OpenVinoRuntime(Runtime):
         return got.get_type_name() if hasattr(got, "get_type_name") else str(got)
 
     def _config(self, perf_count: bool = False) -> dict[str, str]:
-        cfg = {"INFERENCE_PRECISION_HINT": self.inference_precision}
+        cfg = {} if self.inference_precision == "default" else {"INFERENCE_PRECISION_HINT": self.inference_precision}
         if self.num_threads:
             cfg["INFERENCE_NUM_THREADS"] = str(self.num_threads)
         if perf_count:

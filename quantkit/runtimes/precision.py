@@ -131,6 +131,49 @@ def integer_share(model: Any, nodes: Sequence[NodePrecision]) -> PrecisionSummar
                             tuple(sorted(by_prec.items())))
 
 
+#: Runtime node types that only convert between integer and float: a standalone one is a Q/DQ the runtime did not fuse.
+CONVERSION_TYPES = frozenset({"QuantizeLinear", "DequantizeLinear", "FakeQuantize", "DynamicQuantizeLinear"})
+
+
+@dataclasses.dataclass(frozen=True)
+class TimeProfile:
+    """Where one inference's time went, by the runtime's own per-node profile (ORT's profiler, OpenVINO's ``PERF_COUNT``).
+
+    total_ms: sum of node times. integer_kernel_share: share of that time in Conv/MatMul kernels that ran in an integer
+    precision (:data:`INTEGER_PRECISIONS`). conversion_ms / conversions: time in, and names of, standalone
+    quantize/dequantize nodes (:data:`CONVERSION_TYPES`), slowest first. by_kind: ``((layer type, precision), ms)``,
+    slowest first.
+    """
+
+    total_ms: float
+    integer_kernel_share: float
+    conversion_ms: float
+    conversions: tuple[str, ...]
+    by_kind: tuple[tuple[tuple[str, str], float], ...]
+
+    def to_dict(self, top: int = 8) -> dict[str, Any]:
+        return {"total_ms": round(self.total_ms, 3), "integer_kernel_share": round(self.integer_kernel_share, 4),
+                "conversion_ms": round(self.conversion_ms, 3), "conversions": len(self.conversions),
+                "slowest_conversions": list(self.conversions[:top]),
+                "by_kind": [{"type": k, "precision": p, "ms": round(ms, 3)} for (k, p), ms in self.by_kind[:top]]}
+
+
+def time_profile(nodes: Sequence[NodePrecision]) -> TimeProfile:
+    """Summarize a runtime's per-node account (nodes without a time are skipped).
+
+    A node counts as an integer kernel when its type names a convolution/matmul kernel and its precision is integer;
+    OpenVINO's fused element-wise ``Subgraph`` nodes report the precision of their input, so they are not counted."""
+    timed = [n for n in nodes if n.time_ms is not None and n.time_ms >= 0]
+    total = sum(n.time_ms or 0.0 for n in timed)
+    kinds: dict[tuple[str, str], float] = {}
+    for n in timed:
+        kinds[(n.op_type, n.precision)] = kinds.get((n.op_type, n.precision), 0.0) + (n.time_ms or 0.0)
+    integer = sum(n.time_ms or 0.0 for n in timed if _KERNEL.search(n.op_type) and n.precision.lower() in INTEGER_PRECISIONS)
+    conv = sorted((n for n in timed if n.op_type in CONVERSION_TYPES), key=lambda n: -(n.time_ms or 0.0))
+    return TimeProfile(total, integer / total if total else 0.0, sum(n.time_ms or 0.0 for n in conv), tuple(n.node for n in conv),
+                       tuple(sorted(kinds.items(), key=lambda kv: -kv[1])))
+
+
 def cpu_isa() -> dict[str, Any]:
     """The CPU: ``{"model": name, "machine": arch, "flags": [the ISA_FLAGS it has]}`` (from /proc/cpuinfo on Linux)."""
     name, flags = "", set()
