@@ -50,6 +50,25 @@ MODEL_FILE = "model_int8.onnx"
 RECORD_FILE = "record.json"
 
 
+def static_record_and_intake(record: CalibrationRecord | str | Path, intake: str | Path,
+                             use: str) -> tuple[CalibrationRecord, Path, Any, ExportNote]:
+    """``(record, model path, model, note)``: a static ``record`` (loaded when a path) and the intake model it was
+    quantized from, for reusing its ranges (``use``: what is done with them, for the messages).
+
+    Raises:
+        ConfigError: a dynamic record (no ranges). ModelError: the intake model's digest differs from the record's.
+    """
+    rec = record if isinstance(record, CalibrationRecord) else CalibrationRecord.load(record)
+    if rec.mode != "static":
+        raise ConfigError(f"record {rec.fingerprint[:12]}: only a static record's ranges can be {use} (this one is {rec.mode})")
+    model_path, model, note = load_intake(intake)
+    digest = sha256_file(model_path)
+    if digest != rec.model_digest:
+        raise ModelError(f"{model_path}: digest {digest[:12]} differs from the record's model_digest {rec.model_digest[:12]}; "
+                         "use the intake of the float model the record was quantized from")
+    return rec, model_path, model, note
+
+
 def load_intake(intake: str | Path) -> tuple[Path, Any, ExportNote]:
     """Resolve an intake folder (or a model file) to ``(model_path, ModelProto, ExportNote)``.
 
@@ -380,14 +399,7 @@ def replay(record: CalibrationRecord | str | Path, intake: str | Path, *, out: s
         ModelError: the intake model's digest differs from the record's ``model_digest``.
         ConfigError: the record is a dynamic one (nothing to replay).
     """
-    rec = record if isinstance(record, CalibrationRecord) else CalibrationRecord.load(record)
-    if rec.mode != "static":
-        raise ConfigError(f"record {rec.fingerprint[:12]}: only static records can be replayed (this one is {rec.mode})")
-    model_path, model, note = load_intake(intake)
-    digest = sha256_file(model_path)
-    if digest != rec.model_digest:
-        raise ModelError(f"{model_path}: digest {digest[:12]} differs from the record's model_digest {rec.model_digest[:12]}; "
-                         "replay needs the same float model")
+    rec, model_path, model, note = static_record_and_intake(record, intake, "replayed")
     cfg_dict = {k: v for k, v in rec.config.items()}
     config = StaticQuantConfig.from_dict(cfg_dict)
     out = Path(out)

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .._io import atomic_output_dir, sha256_file
+from .._io import atomic_output_dir
 from ..artifacts.record import CalibrationRecord
-from ..errors import ConfigError, ModelError
+from ..errors import ConfigError
 from . import outputs
 from .config import StaticQuantConfig
-from .engine import RECORD_FILE, _static, load_intake
+from .engine import RECORD_FILE, _static, static_record_and_intake
 
 #: Config fields that decide a calibration's ranges: a config that differs from a record's in one of them cannot use its ranges.
 CALIBRATION_FIELDS = ("method", "calibration_symmetric", "percentile", "num_bins", "num_quantized_bins", "distribution_scenario",
@@ -34,15 +34,7 @@ def quantize_with_ranges(record: CalibrationRecord | str | Path, intake: str | P
     Raises:
         ConfigError: a dynamic record, or a calibration field that differs. ModelError: another float model.
     """
-    rec = record if isinstance(record, CalibrationRecord) else CalibrationRecord.load(record)
-    where = "ranges_from" if isinstance(record, CalibrationRecord) else str(record)
-    if rec.mode != "static":
-        raise ConfigError(f"{where}: record {rec.fingerprint[:12]} is {rec.mode}; ranges come from a static record")
-    model_path, model, note = load_intake(intake)
-    digest = sha256_file(model_path)
-    if digest != rec.model_digest:
-        raise ModelError(f"{model_path}: digest {digest[:12]} differs from the record's model_digest {rec.model_digest[:12]}; "
-                         "use a record of this float model")
+    rec, model_path, model, note = static_record_and_intake(record, intake, "reused for another placement")
     theirs = StaticQuantConfig.from_dict(rec.config)
     for f in CALIBRATION_FIELDS:
         if getattr(theirs, f) != getattr(config, f):
