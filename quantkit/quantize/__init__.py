@@ -8,7 +8,7 @@ Module map (one line each; the calibration loop runs engine -> calibrate -> tap 
 
     config            StaticQuantConfig, DynamicQuantConfig, TensorOverride: one named field per knob
     adapter           the one module that talks to onnxruntime.quantization: configs to ORT arguments, ranges to TensorsData
-    engine            quantize() and replay(): load the intake, calibrate, call ORT, write model + record
+    engine            quantize(): load the intake, calibrate, call ORT, write model + record
     calibrate         collect_ranges(): bounded-memory, resumable range collection reproducing ORT's calibrators
     checkpoint        calibration state saved to / loaded from one .npz, keyed by everything it depends on
     tap               the tap model: every calibrated tensor (or its extremes, or its tails) as outputs of one session
@@ -55,7 +55,7 @@ from typing import Any
 
 _WHERE = {
     "DynamicQuantConfig": "config", "StaticQuantConfig": "config", "TensorOverride": "config",
-    "MODEL_FILE": "engine", "RECORD_FILE": "engine", "quantize": "engine", "replay": "engine",
+    "MODEL_FILE": "engine", "RECORD_FILE": "engine", "quantize": "engine", "replay": "reuse",
     "quantize_with_ranges": "reuse",
     "clipping_rates": "compare", "compare_layers": "compare", "plot_layer_errors": "compare", "TensorComparison": "compare",
     "precision_fallback": "fallback", "FallbackResult": "fallback", "FallbackConfig": "fallback",

@@ -32,7 +32,7 @@ import numpy as np
 from ..dtypes import INT_TYPES
 from ..errors import UnsupportedOptionError
 from .config import DynamicQuantConfig, StaticQuantConfig, TensorOverride
-from .placement import PlacementPlan, placement_recipe, plan_placement
+from .placement import PlacementPlan, placement_recipe
 
 if TYPE_CHECKING:  # pragma: no cover
     import onnx
@@ -161,18 +161,12 @@ def calibrator_options(c: StaticQuantConfig) -> dict[str, Any]:
     return opts
 
 
-def placement_plan(c: StaticQuantConfig, model: onnx.ModelProto, op_types: list[str], nodes_to_exclude: list[str]) -> PlacementPlan:
-    """``c.placement``'s recipe applied to ``model`` (:func:`quantkit.quantize.placement.plan_placement`): the op
-    types, excluded nodes and output-less op types :func:`static_kwargs` hands to ORT."""
-    return plan_placement(placement_recipe(c.placement), model, op_types, nodes_to_exclude)
-
-
 def static_kwargs(c: StaticQuantConfig, op_types: list[str], nodes_to_exclude: list[str],
                   extra_overrides: dict[str, list[dict[str, Any]]] | None = None, no_output_op_types: Sequence[str] = ()) -> dict[str, Any]:
     """Keyword arguments for ``onnxruntime.quantization.quantize_static`` (model, output and the
     calibration reader/cache are added by the caller). ``extra_overrides`` are ready-made
     ``TensorQuantOverrides`` entries (record replay) merged under the config's own. ``no_output_op_types``: op types
-    whose outputs get no Q/DQ of their own (``OpTypesToExcludeOutputQuantization``, from :func:`placement_plan`).
+    whose outputs get no Q/DQ of their own (``OpTypesToExcludeOutputQuantization``, from :func:`quantkit.quantize.placement.plan_placement`).
     The placement recipe's weight symmetry becomes ``WeightSymmetric`` where the config leaves it unset.
     """
     from onnxruntime.quantization import CalibrationMethod, QuantFormat

@@ -41,6 +41,7 @@ from .calibrate import CalibrationRun, collect_ranges
 from .checkpoint import FILE_KIND as CHECKPOINT_KIND
 from .checkpoint import CheckpointKey
 from .config import DynamicQuantConfig, StaticQuantConfig
+from .placement import placement_recipe, plan_placement
 from .runtime_check import check_runs, combination_fix
 from .scales import extract_scales
 
@@ -48,25 +49,6 @@ log = logging.getLogger(__name__)
 
 MODEL_FILE = "model_int8.onnx"
 RECORD_FILE = "record.json"
-
-
-def static_record_and_intake(record: CalibrationRecord | str | Path, intake: str | Path,
-                             use: str) -> tuple[CalibrationRecord, Path, Any, ExportNote]:
-    """``(record, model path, model, note)``: a static ``record`` (loaded when a path) and the intake model it was
-    quantized from, for reusing its ranges (``use``: what is done with them, for the messages).
-
-    Raises:
-        ConfigError: a dynamic record (no ranges). ModelError: the intake model's digest differs from the record's.
-    """
-    rec = record if isinstance(record, CalibrationRecord) else CalibrationRecord.load(record)
-    if rec.mode != "static":
-        raise ConfigError(f"record {rec.fingerprint[:12]}: only a static record's ranges can be {use} (this one is {rec.mode})")
-    model_path, model, note = load_intake(intake)
-    digest = sha256_file(model_path)
-    if digest != rec.model_digest:
-        raise ModelError(f"{model_path}: digest {digest[:12]} differs from the record's model_digest {rec.model_digest[:12]}; "
-                         "use the intake of the float model the record was quantized from")
-    return rec, model_path, model, note
 
 
 def load_intake(intake: str | Path) -> tuple[Path, Any, ExportNote]:
@@ -191,7 +173,7 @@ def _static(model: Any, model_path: Path, note: ExportNote, config: StaticQuantC
                 if record.calibration.get(k):
                     calib[k] = list(record.calibration[k])
             excluded = excluded + [n for n in calib.get("float_nodes", []) if n not in excluded]
-        plan = adapter.placement_plan(config, prepared, op_types, excluded)  # calibration covered every op type; this is what gets Q/DQ
+        plan = plan_placement(placement_recipe(config.placement), prepared, op_types, excluded)  # calibration covered every op type; this is what gets Q/DQ
         q_types, q_excluded = list(plan.op_types), list(plan.nodes_to_exclude)
         pinned = [n for n in outputs.relu_fed_outputs(prepared, ranges, q_types, q_excluded) if n not in config.tensor_overrides and n not in overrides]
         overrides.update(adapter.range_overrides(ranges, pinned))
@@ -386,25 +368,3 @@ def quantize(
         raise
     ckpt.unlink(missing_ok=True)
     return rec
-
-
-def replay(record: CalibrationRecord | str | Path, intake: str | Path, *, out: str | Path) -> CalibrationRecord:
-    """Rebuild the quantized model from a record alone (no calibration images): the record's config, its
-    calibrated ranges, and every activation's scale/zero point as ``TensorQuantOverrides``.
-
-    Returns the new record; its ``quantized_model_digest`` equals the original's when nothing else
-    changed (same float model, same ORT version).
-
-    Raises:
-        ModelError: the intake model's digest differs from the record's ``model_digest``.
-        ConfigError: the record is a dynamic one (nothing to replay).
-    """
-    rec, model_path, model, note = static_record_and_intake(record, intake, "replayed")
-    cfg_dict = {k: v for k, v in rec.config.items()}
-    config = StaticQuantConfig.from_dict(cfg_dict)
-    out = Path(out)
-    record_file = None if isinstance(record, CalibrationRecord) else record
-    with atomic_output_dir(out, command="record replay", inputs=[intake, model_path, record_file]) as tmp:
-        new = _static(model, model_path, note, config, None, tmp, None, rec)
-        new.save(tmp / RECORD_FILE)
-    return new
