@@ -17,7 +17,6 @@ from typing import Any
 from ._io import atomic_write_text
 from .config import _check_keys, _read_params, load_params
 from .errors import ConfigError, InputFileError
-from .sections import MODEL_SOURCES
 
 
 def _yaml() -> Any:
@@ -184,11 +183,8 @@ def pipeline_models(path: str | Path) -> list[str]:
     if not models:
         raise ConfigError(f"{p}: 'models' is empty; add a model ('quantkit models add NAME FILE' writes one)")
     for name, entry in models.items():
-        if not isinstance(entry, dict) or not isinstance(entry.get("file"), str):
+        if not isinstance(entry, dict) or not isinstance(entry.get("file"), str):  # source: load_params' key check
             raise ConfigError(f"{p}: models.{name}.file is missing; give the model's .onnx path (e.g. models/{name}.onnx)")
-        source = entry.get("source", "file")
-        if source not in MODEL_SOURCES:
-            raise ConfigError(f"{p}: models.{name}.source: {source!r} is not one of {', '.join(MODEL_SOURCES)}")
     return [str(n) for n in models]
 
 

@@ -60,8 +60,9 @@ def _with_entry(params: Path, name: str, entry: dict[str, Any]) -> dict[str, Any
     return data
 
 
-def _refuse_pipeline_output(model: Path, root: Path, params: dict[str, Any] | None) -> None:
-    """Refuse a model file that a stage of ``root/dvc.yaml`` writes (with ``params``: the new entry's stages too)."""
+def _refuse_pipeline_output(model: Path, root: Path, params: dict[str, Any]) -> None:
+    """Refuse a model file that a stage of ``root/dvc.yaml`` writes, resolved against ``params`` (the new entry's
+    stages count too)."""
     from ..errors import ConfigError
     from ..pipeline import written_by
 
@@ -79,11 +80,11 @@ def run_add(args: argparse.Namespace) -> int:
 
     if args.name in model_names(args.params) and not args.force:
         raise ConfigError(f"{args.params}: models.{args.name} already exists; pick another name, or pass --force to replace it")
-    root = args.params.resolve().parent
-    _refuse_pipeline_output(args.model, root, None)
     pre = {k: getattr(args, k) for k in ("color_order", "scale", "mean", "std", "resize_policy", "resize_short", "pad_value", "pad_input") if getattr(args, k) is not None}
     plan = plan_model_entry(args.name, args.model, args.params, adapter=args.adapter,
                             input_size=tuple(args.input_size) if args.input_size else None, preprocessing=pre)
+    # one DVC resolution with the entry added: today's stages and the new model's own (dist/<name>/, ...)
+    _refuse_pipeline_output(args.model, args.params.resolve().parent, _with_entry(args.params, args.name, plan.entry))
     io = plan.io
     outs = ", ".join(f"{n} {list(s)}" for n, s in io.outputs.items())
     print(f"model    {args.model}: input {io.input_name!r} {list(io.input_shape)} ({io.layout}); outputs {outs} ({io.shapes_from})")
@@ -96,7 +97,6 @@ def run_add(args: argparse.Namespace) -> int:
         answer = input(f"use {plan.adapter} for {args.name}? [y/N] ").strip().lower()
         if answer not in ("y", "yes"):
             raise ConfigError(f"not confirmed; pass --adapter NAME with the right adapter; {args.params} left unchanged")
-    _refuse_pipeline_output(args.model, root, _with_entry(args.params, args.name, plan.entry))  # its own stages too
     if plan.defaulted:
         print(f"defaults {', '.join(plan.defaulted)} written with quantkit's defaults: check them against how your package "
               f"preprocesses (models.{args.name}.intake.preprocessing)")
