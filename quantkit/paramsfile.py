@@ -202,6 +202,32 @@ def site_set_dirs(path: str | Path, root: str | Path = "site_sets") -> list[Path
     return [Path(root) / n for n in names]
 
 
+def targets(path: str | Path | None) -> dict[str, str] | None:
+    """The params file's ``targets`` (``{runtime: {placement: NAME}}``) as ``{runtime: placement}`` in the file's order;
+    None without a file or without the key (then each runtime runs the deployed record's own file). Each target runtime
+    of the main job gets its own INT8 file from the deployed record's ranges with that placement (dvc.yaml ``place``);
+    the placement name is checked where the file is made (:func:`quantkit.quantize.config.check_placement`).
+
+    Raises:
+        InputFileError: the file is missing or not YAML. ConfigError: ``targets`` is not such a mapping.
+    """
+    if path is None:
+        return None
+    p = Path(path)
+    section = _read_params(p).get("targets")
+    if section is None:
+        return None
+    example = "e.g. {onnxruntime: {placement: ort}, openvino: {placement: openvino}}"
+    if not isinstance(section, dict) or not section:
+        raise ConfigError(f"{p}: targets must map each target runtime to its Q/DQ placement, {example}")
+    out = {}
+    for runtime, entry in section.items():
+        if not isinstance(entry, dict) or set(entry) != {"placement"} or not isinstance(entry["placement"], str):
+            raise ConfigError(f"{p}: targets.{runtime} must be {{placement: NAME}} (ort, openvino, ...), {example}")
+        out[str(runtime)] = entry["placement"]
+    return out
+
+
 DEMO_DIR = "models/demo"
 """Where the ``demo_model`` stage writes each of ``demo.models`` (``models/demo/<name>.onnx``, dvc.yaml)."""
 

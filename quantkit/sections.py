@@ -38,6 +38,10 @@ NOT_CONFIG = {
     "candidate": "read by dvc.yaml only (compose_candidate .. bind_candidate): ``images_per_set`` (of the deployed set and of "
                  "each pool set), ``pool`` (``{pool: [SET, ...]}``: sets covering the conditions drift flags), ``reference_sets``, "
                  "and their renderings as `quantkit fallback` / `calibset compose` flags (``reference_args``, ``reference_union``)",
+    "targets": "``{runtime: {placement: NAME}}``: the target runtimes of each model's deployed INT8 (dvc.yaml ``place`` .. "
+               "``verify``): one file per runtime from the deployed record's ranges with that runtime's Q/DQ placement "
+               "(`quantkit quantize --ranges-from RECORD --target RUNTIME`), bound, bundled to ``dist/<model>/<runtime>/`` "
+               "and verified on that runtime; placements in :mod:`quantkit.quantize.placement`",
     "site_sets": "the site set names (folders under ``site_sets/``) evaluated, verified and reported (dvc.yaml, "
                  "`quantkit verify --site-sets-from`)",
 }

@@ -114,7 +114,7 @@ def test_intake_refuses_a_source_that_disagrees_with_the_file(tmp_path, monkeypa
 
 
 def test_models_add_refuses_a_path_the_new_models_own_stages_write(tmp_path, monkeypatch, capsys):
-    """dist/<name>/ is bundle@<name>'s output: a file there would be deleted by the entry's own stages."""
+    """dist/<name>/<runtime>/ is bundle@<name>-<runtime>'s output: a file there would be deleted by the entry's own stages."""
     from test_readme_own_model import yolov8_like
 
     import onnx
@@ -122,9 +122,9 @@ def test_models_add_refuses_a_path_the_new_models_own_stages_write(tmp_path, mon
     monkeypatch.chdir(tmp_path)
     for name in ("params.yaml", "dvc.yaml"):
         (tmp_path / name).write_bytes((ROOT / name).read_bytes())
-    (tmp_path / "dist" / "foo").mkdir(parents=True)
-    onnx.save(yolov8_like(), tmp_path / "dist" / "foo" / "m.onnx")
+    (tmp_path / "dist" / "foo" / "openvino").mkdir(parents=True)
+    onnx.save(yolov8_like(), tmp_path / "dist" / "foo" / "openvino" / "m.onnx")
     before = (tmp_path / "params.yaml").read_bytes()
-    assert main(["models", "add", "foo", "dist/foo/m.onnx", "--params", "params.yaml", "--yes"]) == 2
-    assert "written by the DVC stage bundle@foo" in capsys.readouterr().err
+    assert main(["models", "add", "foo", "dist/foo/openvino/m.onnx", "--params", "params.yaml", "--yes"]) == 2
+    assert "written by the DVC stage bundle@foo-openvino" in capsys.readouterr().err
     assert (tmp_path / "params.yaml").read_bytes() == before

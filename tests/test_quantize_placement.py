@@ -119,3 +119,34 @@ def test_ranges_from_refuses_another_calibration(quantized, tmp_path, capsys):
     rc = main(["quantize", str(intake), "--ranges-from", str(root / "ort"), "--calibration-set", str(root / "set"), "--out", str(tmp_path / "x")])
     assert rc == 2 and "--ranges-from reuses a record's calibration; drop --calibration-set" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_target_takes_the_runtimes_placement_from_params(quantized, tmp_path, capsys):
+    """The main job's place stage: `quantize --ranges-from DEPLOYED --target RUNTIME` quantizes with params
+    targets.RUNTIME.placement and the deployed record's ranges; bad targets are refused in one line, nothing written."""
+    root, intake, ort, _ = quantized
+    params = tmp_path / "params.yaml"
+    params.write_text("quantize:\n  per_channel: true\ntargets:\n  onnxruntime: {placement: ort}\n  openvino: {placement: openvino}\n")
+    args = ["quantize", str(intake), "--ranges-from", str(root / "ort"), "--params", str(params)]
+    assert main([*args, "--target", "openvino", "--out", str(tmp_path / "ov")]) == 0
+    ov = CalibrationRecord.load(tmp_path / "ov")
+    assert ov.config["placement"] == "openvino" and ov.calibration["ranges_from"] == ort.fingerprint
+    assert main([*args, "--target", "onnxruntime", "--out", str(tmp_path / "ort")]) == 0
+    assert CalibrationRecord.load(tmp_path / "ort").quantized_model_digest == ort.quantized_model_digest  # the record's own placement: same file
+    capsys.readouterr()
+    bad = {("--target", "tensorrt"): "--target tensorrt: not a runtime; use one of",
+           ("--target", "openvino", "--placement", "ort"): "--target takes the placement from params targets.RUNTIME; drop --placement",
+           }
+    for extra, message in bad.items():
+        assert main([*args, *extra, "--out", str(tmp_path / "x")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
+    for text, message in {"quantize:\n  per_channel: true\n": "no targets section; add targets: {openvino: {placement: NAME}}",
+                          "quantize:\n  per_channel: true\ntargets:\n  onnxruntime: {placement: ort}\n": "targets has no 'openvino'",
+                          "quantize:\n  per_channel: true\ntargets:\n  openvino: ort\n": "targets.openvino must be {placement: NAME}",
+                          "quantize:\n  per_channel: true\ntargets:\n  openvino: {placement: tflite}\n": "placement: 'tflite' is not a known recipe"}.items():
+        params.write_text(text)
+        assert main([*args, "--target", "openvino", "--out", str(tmp_path / "x")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
+    assert not (tmp_path / "x").exists()

@@ -26,7 +26,9 @@ window.addEventListener('error', function (e) { if (e instanceof ErrorEvent) { w
 window.addEventListener('load', function () {
   var imgs = Array.prototype.slice.call(document.images);
   var speed = document.getElementById('speed-table');
-  var out = {errors: window.__errors, speed_rows: speed ? speed.rows.length : 0, images: imgs.map(function (i) {
+  var nodes = document.getElementById('node-table');
+  var out = {errors: window.__errors, speed_rows: speed ? speed.rows.length : 0, node_rows: nodes ? nodes.rows.length : 0,
+    speed_text: speed ? speed.textContent : '', node_text: nodes ? nodes.textContent : '', images: imgs.map(function (i) {
     return {alt: i.alt, complete: i.complete, w: i.naturalWidth, h: i.naturalHeight}; })};
   var vw = document.documentElement.clientWidth;
   out.viewport = vw; out.inner = window.innerWidth; out.scroll_width = document.documentElement.scrollWidth;
@@ -72,11 +74,17 @@ def test_report_renders_in_chromium(tmp_path: Path):
     broken = [i["alt"] for i in result["images"] if not (i["complete"] and i["w"] > 0 and i["h"] > 0)]
     assert broken == []
     (out / "machine").mkdir()
-    rows = [{"model": "ppocr_det", "variant": v, "runtime": "onnxruntime", "threads": 1, "median_ms": ms, "vs_fp32": 50.0 / ms}
-            for v, ms in (("fp32", 50.0), ("deployed", 33.3))]
-    (out / "machine" / "measurements.js").write_text("window.QUANTKIT_MEASUREMENTS = " + json.dumps({"machine": "test <b>cpu</b>", "latency": rows}) + ";\n")
+    rows = [{"model": "ppocr_det", "variant": v, "runtime": "openvino", "threads": 1, "median_ms": ms, "vs_fp32": 50.0 / ms, "placement": pl}
+            for v, ms, pl in (("fp32", 50.0, None), ("deployed", 33.3, "openvino"))]
+    nodes = [{"model": "ppocr_det", "variant": "deployed", "runtime": "openvino", "threads": 1, "placement": "openvino", "total_ms": 30.0,
+              "integer_kernel_share": 0.9, "conversions": 0, "conversion_ms": 0.0, "slowest_conversions": [],
+              "by_kind": [{"type": "Convolution", "precision": "u8", "ms": 27.0}, {"type": "Subgraph", "precision": "f32", "ms": 1.5}]}]
+    (out / "machine" / "measurements.js").write_text("window.QUANTKIT_MEASUREMENTS = " + json.dumps(
+        {"machine": "test <b>cpu</b>", "latency": rows, "node_time": nodes}) + ";\n")
     result = load("profile3")
     assert result["errors"] == [] and result["speed_rows"] == 3  # header + one row per measurement
+    assert "deployed (openvino placement)" in result["speed_text"]
+    assert result["node_rows"] == 2 and "90%" in result["node_text"] and "Convolution u8 27.0, Subgraph f32 1.5" in result["node_text"]
 
     shot = out / "shift_report.png"  # kept as a test artifact next to the report under pytest's tmp dir
     snap = _chromium([f"--screenshot={shot}", "--window-size=1200,2400", (out / "shift_report.html").as_uri()], tmp_path / "profile2")

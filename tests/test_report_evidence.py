@@ -4,6 +4,8 @@ synthetic artifacts (quantkit.report.synthetic)."""
 
 from __future__ import annotations
 
+import shutil
+
 import re
 from pathlib import Path
 
@@ -99,7 +101,7 @@ def test_a_numeric_mismatch_alone_is_a_warning_naming_the_tensor(tmp_path):
     write_verification(inputs.eval_dir.parent, {"onnxruntime": "numbers", "openvino": "absent"})
     m = build_report([inputs]).models[0]
     assert m.decision == "keep deployed" and m.verdict[0].startswith("No material difference")
-    assert ("Warning for engineers: on onnxruntime 1.0 the deployed bundle's decisions agree with the simulation but its numbers differ; "
+    assert ("Warning for engineers: on onnxruntime 1.0 the deployed bundle makes the simulation's decisions but its numbers differ; "
             "first diverging tensor 'conv3_out' (Conv 'conv3'); it is deployable.") in m.verdict
     assert "openvino was not installed where verify ran: the deployed bundle is not verified on it." in m.verdict
 
@@ -140,3 +142,34 @@ def test_html_explains_its_words_and_shows_commands_to_copy(tmp_path):
     for term in ("pixel IoU", "text region F1", "PSI", "KS", "W1 / Wasserstein", "confidence interval (CI)", "calibration", "INT8", "FP32", "candidate"):
         assert term in terms, term
     assert not re.search(r"\d ms\b", html) and ReportConfig().candidate_latency is False  # timings live in machine/*.js only
+
+
+def test_one_bundle_per_target_runtime_is_read_from_its_own_folder(tmp_path):
+    """params targets: each runtime's bundle (its own placement of the deployed calibration) verified on that runtime;
+    the report names each, a failed one changes the verdict, a missing one says which runtime is not verified, and a
+    folder whose ranges are not the deployed record's is refused."""
+    from quantkit.report.synthetic import write_target
+
+    inputs = _model(tmp_path, quality=BOTH_GREEN)
+    work = inputs.eval_dir.parent
+    targets = ModelInputs.from_work_dir(work, site_sets=inputs.site_sets, targets=("onnxruntime", "openvino"))
+    assert targets.verification is None and [rt for rt, _ in targets.targets] == ["onnxruntime", "openvino"]
+    write_target(work, "onnxruntime", "verified")
+    m = build_report([targets]).models[0]
+    assert "The deployed model is not verified on openvino: no targets/openvino/verify.json in the model's work folder (the pipeline's verify stage writes it)." in m.verdict
+    assert any(v.startswith("The deployed model's bundle for onnxruntime 1.0 is deployable on onnxruntime 1.0 (decisions vs FP32 on onnxruntime 1.0: cam1-day")
+               for v in m.verdict)
+    write_target(work, "openvino", "verified")
+    m = build_report([targets]).models[0]
+    assert m.decision == "keep deployed" and not any("not verified" in v for v in m.verdict)
+    assert any(v.startswith("The deployed model's bundles, one per target runtime (one calibration, each runtime's own Q/DQ placement), are "
+                            "deployable on onnxruntime 1.0 and openvino 1.0 (decisions vs FP32 on onnxruntime 1.0: cam1-day box f1 1.00")
+               and "; openvino 1.0: cam1-day box f1 1.00" in v for v in m.verdict)
+    shutil.rmtree(work / "targets" / "openvino")
+    write_target(work, "openvino", "failed")
+    m = build_report([targets]).models[0]
+    assert m.decision == "needs review" and m.verdict[0].startswith("Needs review: the deployed model's bundle for openvino 1.0 failed verification ([decision]")
+    record = work / "targets" / "openvino" / "quantize" / "record.json"
+    record.write_text(record.read_text().replace('"ranges_from": "', '"ranges_from": "0'))
+    with pytest.raises(BindingMismatchError, match=r"targets/openvino/quantize: its ranges are not the deployed record's"):
+        build_report([targets])

@@ -90,3 +90,31 @@ def test_require_speedup_exits_1_when_int8_is_slower_than_the_best_float_run(wor
     text = capsys.readouterr().out
     assert "slower than the runtime's best float run: tiny deployed openvino@1 (best float: fp32-default)" in text
     assert "0.80x" in text  # the deployed row against fp32-default
+
+
+def test_each_target_runtime_times_the_file_placed_for_it(work, tmp_path, capsys):
+    """params targets: on a target runtime, ``deployed`` is work/targets/<runtime>/quantize/model_int8.onnx (the file
+    placed for it), labelled with its placement; a target whose file is missing is named in one line."""
+    from quantkit.quantize import StaticQuantConfig, quantize, quantize_with_ranges
+
+    root, golden = work
+    work_dir = tmp_path / "tiny"
+    shutil.copytree(root, work_dir)
+    shutil.rmtree(work_dir / "quantize" / "deployed")  # a calibration of quantkit's own: its record keeps the ranges
+    rec = quantize(work_dir / "intake", StaticQuantConfig(per_channel=True), out=work_dir / "quantize" / "deployed", calibration_set=golden)
+    config = StaticQuantConfig.from_dict(rec.config).replace(placement="openvino")
+    quantize_with_ranges(work_dir / "quantize" / "deployed", work_dir / "intake", config, out=work_dir / "targets" / "onnxruntime" / "quantize")
+    fast = FAST.replace(runtimes=("onnxruntime",))
+    result = measure([work_dir], fast, image_set=golden, targets={"onnxruntime": "openvino"})
+    placed = {r["variant"]: r["placement"] for r in result["latency"]}
+    assert placed == {"fp32": None, "deployed": "openvino", "candidate": rec.config.get("placement", "ort")}
+    assert {p["variant"]: p["placement"] for p in result["node_time"]} == {"deployed": "openvino", "candidate": rec.config.get("placement", "ort")}
+    params = tmp_path / "params.yaml"
+    params.write_text("measure: {runtimes: [onnxruntime], threads: [1], repeats: 3, warmup: 0, images: 1}\n"
+                      "targets: {onnxruntime: {placement: openvino}, openvino: {placement: openvino}}\n")
+    shutil.rmtree(work_dir / "targets")
+    out = tmp_path / "machine"
+    assert main(["measure", "--model", str(work_dir), "--set", str(golden), "--params", str(params), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the deployed model placed for onnxruntime (openvino) is missing; run 'dvc repro place@tiny-onnxruntime'" in err[0]
+    assert not out.exists()

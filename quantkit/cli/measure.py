@@ -45,6 +45,7 @@ MEASUREMENT_FILES = {
 def run(args: argparse.Namespace) -> int:
     from .._overwrite import check_not_input, check_not_output_dir, check_output_file
     from ..config import config_from_params
+    from ..paramsfile import targets
     from ..report.measure import MeasureConfig, measure, write_measurements
 
     args.model = model_work_dirs(args.model, args.params, args.work)
@@ -53,23 +54,24 @@ def run(args: argparse.Namespace) -> int:
     check_not_output_dir(args.out)
     for name, kind in MEASUREMENT_FILES.items():
         check_output_file(args.out / name, kind)
-    result = measure(args.model, cfg, image_set=args.set)
+    result = measure(args.model, cfg, image_set=args.set, targets=targets(args.params))
     paths = write_measurements(result, args.out)
     status = 1 if args.require_speedup and result["slower_than_best_float"] else 0
     if args.json:
         sys.stdout.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
         return status
     w = sys.stdout.write
-    w(f"{'model':<14} {'variant':<13} {'runtime':<12} {'threads':>7} {'median ms':>10} {'vs FP32':>8} {'vs best float':>14}\n")
+    w(f"{'model':<14} {'variant (placement)':<23} {'runtime':<12} {'threads':>7} {'median ms':>10} {'vs FP32':>8} {'vs best float':>14}\n")
     for r in result["latency"]:
         vs = f"{r['vs_fp32']:.2f}x" if r["vs_fp32"] is not None else "-"
         best = f"{r['vs_best_float']:.2f}x" if r["vs_fp32"] is not None else ("best" if r["variant"] == r["best_float"] else "-")
-        w(f"{r['model']:<14} {r['variant']:<13} {r['runtime']:<12} {r['threads']:>7} {r['median_ms']:>10.1f} {vs:>8} {best:>14}\n")
+        variant = r["variant"] + (f" ({r['placement']})" if r.get("placement") else "")
+        w(f"{r['model']:<14} {variant:<23} {r['runtime']:<12} {r['threads']:>7} {r['median_ms']:>10.1f} {vs:>8} {best:>14}\n")
     for rt, why in result["skipped"].items():
         w(f"{rt}: skipped ({why})\n")
     for p in result.get("node_time", []):
         kinds = ", ".join(f"{k['type']} {k['precision']} {k['ms']:.1f}" for k in p["by_kind"][:4])
-        w(f"{p['model']} {p['variant']} on {p['runtime']}@{p['threads']}: {100 * p['integer_kernel_share']:.0f}% of {p['total_ms']:.1f} ms "
+        w(f"{p['model']} {p['variant']} ({p.get('placement', 'ort')} placement) on {p['runtime']}@{p['threads']}: {100 * p['integer_kernel_share']:.0f}% of {p['total_ms']:.1f} ms "
           f"in integer Conv/MatMul kernels; {p['conversions']} standalone Q/DQ nodes, {p['conversion_ms']:.1f} ms; {kinds}\n")
     for s in result["slower_than_fp32"]:
         w(f"slower than FP32: {s}\n")

@@ -27,6 +27,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--min-levels", type=float, metavar="N", help="flag output channels spanning fewer quantization steps "
                    "(default: quantkit.quantize.outputs.DEFAULT_LEVELS_FLOOR)")
     p.add_argument("--placement", metavar="NAME", help="override quantize.placement: where Q/DQ pairs go (ort | openvino)")
+    p.add_argument("--target", metavar="RUNTIME", help="take the placement from params targets.RUNTIME.placement (the main job's "
+                   "per-runtime files, with --ranges-from the deployed record)")
     p.add_argument("--ranges-from", metavar="RECORD", help="use this record's calibrated ranges instead of calibrating "
                    "(same float model and calibration settings; e.g. another placement of one calibration)")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (written whole or not at all)")
@@ -43,13 +45,38 @@ def build_config(args: argparse.Namespace) -> Any:
     section: dict[str, Any] = dict(load_params(args.params, args.section)) if args.params else {}
     dynamic_section = section.pop("dynamic", {}) or {}
     if args.dynamic:
-        for flag in ("calibration_set", "method", "chunk_size", "max_images", "checkpoint", "placement", "ranges_from"):
+        for flag in ("calibration_set", "method", "chunk_size", "max_images", "checkpoint", "placement", "target", "ranges_from"):
             if getattr(args, flag) is not None:
                 raise UnsupportedOptionError(f"--{flag.replace('_', '-')} applies to static quantization only; drop it or drop --dynamic")
         return DynamicQuantConfig.from_dict(dynamic_section, where=f"{args.params or 'params'}: {args.section}.dynamic")
-    overrides = {"method": args.method, "calibration_chunk_size": args.chunk_size, "max_images": args.max_images, "placement": args.placement}
+    overrides = {"method": args.method, "calibration_chunk_size": args.chunk_size, "max_images": args.max_images,
+                 "placement": args.placement if args.target is None else target_placement(args)}
     section.update({k: v for k, v in overrides.items() if v is not None})
     return StaticQuantConfig.from_dict(section, where=f"{args.params or 'params'}: {args.section}")
+
+
+def target_placement(args: argparse.Namespace) -> str:
+    """``targets.<args.target>.placement`` of ``args.params``.
+
+    Raises:
+        ConfigError: no --params, --placement given too, an unknown runtime, or no such target in params.
+    """
+    from ..errors import ConfigError
+    from ..paramsfile import targets as params_targets
+    from ..runtimes import registered_runtimes
+
+    if args.placement is not None:
+        raise ConfigError("--target takes the placement from params targets.RUNTIME; drop --placement or --target")
+    if args.params is None:
+        raise ConfigError(f"--target {args.target} reads targets.{args.target}.placement from --params; pass --params params.yaml")
+    if args.target not in registered_runtimes():
+        raise ConfigError(f"--target {args.target}: not a runtime; use one of {', '.join(registered_runtimes())}")
+    targets = params_targets(args.params)
+    if targets is None:
+        raise ConfigError(f"{args.params}: no targets section; add targets: {{{args.target}: {{placement: NAME}}}} or drop --target")
+    if args.target not in targets:
+        raise ConfigError(f"{args.params}: targets has no {args.target!r} (it has {', '.join(targets)}); add it or fix --target")
+    return targets[args.target]
 
 
 def _stamp(path: Path | None) -> tuple[int, int, int] | None:

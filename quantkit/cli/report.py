@@ -88,6 +88,7 @@ def model_work_dirs(models: list[Path] | None, params: Path | None, work: Path) 
 def run(args: argparse.Namespace) -> int:
     from ..config import config_from_params
     from ..errors import InputFileError
+    from ..paramsfile import targets
     from ..report import ModelInputs, ReportConfig, make_report
 
     args.model = model_work_dirs(args.model, args.params, args.work)
@@ -96,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
         if not w.is_dir():
             raise InputFileError(f"{w}: model work folder not found; pass the folder holding eval/, quantize/ and thresholds/ (e.g. work/models/ppocr_det)")
     cfg = config_from_params(ReportConfig, args.params, "report")
-    report = make_report([ModelInputs.from_work_dir(w, site_sets=args.site_sets) for w in args.model], cfg, args.out)
+    runtimes = tuple(targets(args.params) or ())
+    report = make_report([ModelInputs.from_work_dir(w, site_sets=args.site_sets, targets=runtimes) for w in args.model], cfg, args.out)
     if args.json:
         sys.stdout.write(json.dumps(report.to_dict(), indent=2, sort_keys=True, default=str) + "\n")
         return 0

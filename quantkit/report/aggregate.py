@@ -50,17 +50,22 @@ class ModelInputs:
     site_sets: Path | None = None
     verification: Path | None = None
     """The deployed bundle's ``verify.json``; None or a missing file: the report says "not verified"."""
+    targets: tuple[tuple[str, Path], ...] = ()
+    """``(runtime, folder)`` per target runtime (params ``targets``): ``folder`` holds ``quantize/`` (the deployed record's
+    ranges placed for that runtime), ``thresholds.json`` and ``verify.json`` (its bundle verified on that runtime). When
+    given, these verifications replace ``verification``."""
 
     @classmethod
-    def from_work_dir(cls, work: str | Path, *, site_sets: Path | None = None) -> "ModelInputs":
+    def from_work_dir(cls, work: str | Path, *, site_sets: Path | None = None, targets: Sequence[str] = ()) -> "ModelInputs":
         """The pipeline's layout under one model's work folder: ``eval/``, ``drift/``, ``quantize/{deployed,candidate}``,
-        ``thresholds/{deployed,candidate}.json`` (the candidate only when present), ``verify.json``."""
+        ``thresholds/{deployed,candidate}.json`` (the candidate only when present), and ``targets/<runtime>/`` per runtime of
+        ``targets`` (else one ``verify.json``)."""
         w = Path(work)
         cand, cand_t = w / "quantize" / "candidate", w / "thresholds" / "candidate.json"
         has_cand = cand.is_dir() and cand_t.is_file()
         return cls(w.name, w / "eval", w / "quantize" / "deployed", w / "thresholds" / "deployed.json",
                    cand if has_cand else None, cand_t if has_cand else None, w / "drift" if (w / "drift").is_dir() else None, site_sets,
-                   w / "verify.json")
+                   None if targets else w / "verify.json", tuple((rt, w / "targets" / rt) for rt in targets))
 
 
 def _per_image(path: Path) -> Any:
@@ -201,6 +206,29 @@ def _verification(path: Path | None, deployed: CalibrationRecord, thresholds: Th
     return v
 
 
+def _target_verifications(targets: Sequence[tuple[str, Path]], deployed: CalibrationRecord) -> tuple[DeploymentVerification | None, list[str]]:
+    """Every target runtime's verification merged into one (a :class:`RuntimeResult` per runtime, each of that runtime's
+    own bundle), and the runtimes without one. Each is checked to verify the bundle of its folder's record and
+    thresholds, whose ranges are the deployed record's (``calibration.ranges_from``)."""
+    found, missing = [], []
+    for runtime, folder in targets:
+        path = folder / "verify.json"
+        if not path.is_file() or not (folder / "quantize").is_dir() or not (folder / "thresholds.json").is_file():
+            missing.append(runtime)
+            continue
+        rec = CalibrationRecord.load(folder / "quantize")
+        if (rec.calibration or {}).get("ranges_from") != deployed.fingerprint:
+            raise BindingMismatchError(f"{folder / 'quantize'}: its ranges are not the deployed record's ({deployed.fingerprint[:12]}); "
+                                       f"rerun 'dvc repro place' (quantkit quantize --ranges-from the deployed record --target {runtime})")
+        v = _verification(path, rec, ThresholdSet.load(folder / "thresholds.json"))
+        if v is not None:
+            found.append(v)
+    if not found:
+        return None, missing
+    runtimes = tuple(r for v in found for r in v.runtimes)
+    return dataclasses.replace(found[0], bundle=", ".join(v.bundle for v in found), runtimes=runtimes), missing
+
+
 def _paired(frames: dict[str, Any], spec: Any, primary: Any) -> tuple[Any, ...]:
     """Candidate minus deployed of the primary metric on the same images: over every site set, then per set."""
     def one(fr: dict[str, Any]) -> PairedDifference:
@@ -265,10 +293,14 @@ def build_model_report(inputs: ModelInputs, cfg: ReportConfig) -> ModelReport:
     same = cand is not None and cand[0].fingerprint == dep_rec.fingerprint
     primary = summary.metric(summary.primary_metric)
     evidence = _paired(frames, adapter_class(summary.task).primary_metric(), primary) if cand is not None and not same else ()
-    verification = _verification(inputs.verification, dep_rec, roles["deployed"][1])
+    if inputs.targets:
+        verification, unverified = _target_verifications(inputs.targets, dep_rec)
+    else:
+        verification, unverified = _verification(inputs.verification, dep_rec, roles["deployed"][1]), []
     decision, lines = verdict(sites, primary, summary.item, dep_rec.set_name, cand[0].set_name if cand else None, cfg,
                               metrics=summary.metrics, same_calibration=same, paired=evidence[0] if evidence else None,
                               paired_sites=evidence[1:], verification=verification, with_verification=True,
+                              per_runtime=bool(inputs.targets), unverified=tuple(unverified),
                               calibration=(cs.camera, cs.lighting) if (cs := dep_rec.calibration_set) else ("", ""))
     fallback = _fallback(inputs.candidate) if inputs.candidate else None
     site_paths = [s.images_dir.as_posix() if s.images_dir else f"site_sets/{s.name}" for s in sites]

@@ -26,7 +26,7 @@ import dataclasses
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -89,6 +89,29 @@ def _models(work: Path) -> dict[str, Path]:
     return found
 
 
+def target_file(work: Path, runtime: str, targets: Mapping[str, str] | None) -> Path | None:
+    """The deployed model's own file for ``runtime`` (``work/targets/<runtime>/quantize/model_int8.onnx``, the main job's
+    ``place`` stage) when ``runtime`` is one of ``targets`` (params ``targets``: runtime -> placement).
+
+    Raises:
+        InputFileError: a target whose file is missing (run its ``place`` stage).
+    """
+    if not targets or runtime not in targets:
+        return None
+    path = work / "targets" / runtime / "quantize" / MODEL_FILE
+    if not path.is_file():
+        raise InputFileError(f"{path}: the deployed model placed for {runtime} ({targets[runtime]}) is missing; run "
+                             f"'dvc repro place@{work.name}-{runtime}' or drop {runtime} from params targets")
+    return path
+
+
+def _placement(path: Path) -> str:
+    """The Q/DQ placement a quantized file's record names (``ort`` for records written before placements existed)."""
+    from ..artifacts.record import CalibrationRecord
+
+    return str((CalibrationRecord.load(path.parent).config or {}).get("placement", "ort"))
+
+
 def _feeds(work: Path, image_set: Path | None, n: int) -> list[dict[str, Any]]:
     """The first ``n`` images of ``image_set`` (default: the deployed record's calibration set) as model inputs."""
     from ..artifacts.record import CalibrationRecord
@@ -106,17 +129,20 @@ def _feeds(work: Path, image_set: Path | None, n: int) -> list[dict[str, Any]]:
     return [{pre.input_name: x} for _, x in reader.iter_batches()]
 
 
-def measure(works: Sequence[str | Path], config: MeasureConfig | None = None, *, image_set: str | Path | None = None) -> dict[str, Any]:
+def measure(works: Sequence[str | Path], config: MeasureConfig | None = None, *, image_set: str | Path | None = None,
+            targets: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Time every model folder's FP32 and quantized variants on each runtime and thread count of ``config``.
 
     Args:
         works: model work folders (``work/models/<model>``: ``intake/model.onnx``, ``quantize/{deployed,candidate}/``).
         image_set: set whose first ``config.images`` images are the inputs (default: each model's deployed
             calibration set, from its record).
+        targets: params ``targets`` (runtime -> placement): on each of these runtimes ``deployed`` is the file placed for it
+            (``work/targets/<runtime>/quantize/``, :func:`target_file`) instead of ``quantize/deployed/``.
 
     Returns:
         ``{"schema_version", "machine", "method", "latency": [{model, variant, runtime, threads, median_ms,
-        vs_fp32, vs_deployed, best_float, vs_best_float}], "skipped": {runtime: why}, "slower_than_fp32":
+        vs_fp32, vs_deployed, best_float, vs_best_float, placement}], "skipped": {runtime: why}, "slower_than_fp32":
         ["model variant runtime@threads"], "slower_than_best_float": ["model variant runtime@threads (best float: label)"],
         "node_time": [{model, variant, runtime, threads, total_ms, integer_kernel_share, conversion_ms, conversions, ...}]}``;
         ``vs_*`` = the other's median / this median (above 1: faster). Milliseconds per inference, one image. Float
@@ -143,7 +169,10 @@ def measure(works: Sequence[str | Path], config: MeasureConfig | None = None, *,
         feeds = _feeds(work, Path(image_set) if image_set else None, cfg.images)
         for rt in timer.runtimes:
             floats = FLOAT_RUNS.get(rt, {"fp32": runner_factory(rt)})
-            timed = {**{label: models["fp32"] for label in floats}, **{k: v for k, v in models.items() if k != "fp32"}}
+            own = target_file(work, rt, targets)
+            quantized = {k: (own if k == "deployed" and own is not None else v) for k, v in models.items() if k != "fp32"}
+            placement = {k: _placement(v) for k, v in quantized.items()}
+            timed = {**{label: models["fp32"] for label in floats}, **quantized}
             for t in timer.threads:
                 got = interleaved_latency(timed, feeds, threads=t, repeats=timer.repeats, warmup=timer.warmup, runtime=rt,
                                           label_factories=floats)
@@ -153,10 +182,10 @@ def measure(works: Sequence[str | Path], config: MeasureConfig | None = None, *,
                     rows.append({"model": work.name, "variant": variant, "runtime": rt, "threads": t, "median_ms": round(m, 3),
                                  "vs_fp32": None if variant in floats else round(ms["fp32"] / m, 3),
                                  "vs_deployed": round(ms["deployed"] / m, 3) if variant == "candidate" and "deployed" in ms else None,
-                                 "best_float": best, "vs_best_float": round(ms[best] / m, 3)})
+                                 "best_float": best, "vs_best_float": round(ms[best] / m, 3), "placement": placement.get(variant)})
                 log.info("%s on %s, %d thread(s): %s", work.name, rt, t, ", ".join(f"{k} {v:.1f} ms" for k, v in ms.items()))
             if cfg.node_profile:
-                profiles.extend(_node_time(work.name, rt, {k: v for k, v in models.items() if k != "fp32"}, feeds[0], timer.threads[0]))
+                profiles.extend(_node_time(work.name, rt, quantized, feeds[0], timer.threads[0]))
     slower = [f"{r['model']} {r['variant']} {r['runtime']}@{r['threads']}" for r in rows if r["vs_fp32"] is not None and r["vs_fp32"] < 1.0]
     for s in slower:
         log.warning("slower than FP32: %s", s)
@@ -165,7 +194,7 @@ def measure(works: Sequence[str | Path], config: MeasureConfig | None = None, *,
     for s in below_best:
         log.warning("slower than the runtime's best float run: %s", s)
     cpu = cpu_isa()
-    return {"schema_version": 2, "machine": cpu_label(cpu), "slower_than_best_float": below_best,
+    return {"schema_version": 3, "machine": cpu_label(cpu), "slower_than_best_float": below_best,
             "method": f"interleaved medians of {cfg.repeats} runs after {cfg.warmup} warm-up runs, {cfg.images} images, each runtime at its "
                       "deployment settings (ONNX Runtime with intra-op spinning off, so idle sessions do not slow the timed one)", "latency": rows, "skipped": skipped, "slower_than_fp32": slower,
             "node_time": profiles}
@@ -186,7 +215,8 @@ def _node_time(model: str, runtime: str, variants: dict[str, Path], feed: dict[s
                 return []
         prof = time_profile(nodes)
         if prof.total_ms > 0:
-            out.append({"model": model, "variant": variant, "runtime": runtime, "threads": threads, **prof.to_dict()})
+            out.append({"model": model, "variant": variant, "runtime": runtime, "threads": threads, "placement": _placement(path),
+                        **prof.to_dict()})
     return out
 
 
@@ -204,4 +234,4 @@ def write_measurements(result: dict[str, Any], out: str | Path) -> dict[str, Pat
     return paths
 
 
-__all__ = ["MeasureConfig", "measure", "write_measurements"]
+__all__ = ["MeasureConfig", "measure", "target_file", "write_measurements"]

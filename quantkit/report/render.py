@@ -36,9 +36,10 @@ SPEED_JS = """
   if (!Array.isArray(parts)) { parts = [parts]; }
   var esc = function (s) { return String(s).replace(/[&<>"]/g, function (c) { return {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c]; }); };
   var x = function (v) { return v ? v.toFixed(2) + "x" : "–"; };
-  var latency = [], skipped = {}, machine = "", method = "";
+  var latency = [], nodes = [], skipped = {}, machine = "", method = "";
   parts.forEach(function (m) {
     latency = latency.concat(m.latency || []);
+    nodes = nodes.concat(m.node_time || []);
     Object.keys(m.skipped || {}).forEach(function (k) { skipped[k] = m.skipped[k]; });
     machine = machine || m.machine || ""; method = method || m.method || "";
   });
@@ -50,7 +51,8 @@ SPEED_JS = """
   if (!latency.length) { box.innerHTML = notMeasured || box.innerHTML; return; }
   var rows = latency.map(function (r) {
     var slow = r.vs_fp32 && r.vs_fp32 < 1, belowBest = r.vs_fp32 && r.vs_best_float && r.vs_best_float < 1;
-    return "<tr" + (slow || belowBest ? " class='slow'" : "") + "><td class='l'>" + esc(r.model) + "</td><td class='l'>" + esc(r.variant) + "</td><td class='l'>" +
+    var placed = r.placement ? " <small>(" + esc(r.placement) + " placement)</small>" : "";
+    return "<tr" + (slow || belowBest ? " class='slow'" : "") + "><td class='l'>" + esc(r.model) + "</td><td class='l'>" + esc(r.variant) + placed + "</td><td class='l'>" +
       esc(r.runtime) + "</td><td>" + esc(r.threads) + "</td><td>" + r.median_ms.toFixed(1) + "</td><td>" + x(r.vs_fp32) + (slow ? " (slower than FP32)" : "") +
       "</td><td>" + (r.vs_fp32 ? x(r.vs_best_float) + (belowBest ? " (slower than " + esc(r.best_float) + ": do not quantize for this runtime)" : "") : "–") +
       "</td><td>" + x(r.vs_deployed) + "</td></tr>";
@@ -59,7 +61,23 @@ SPEED_JS = """
   box.innerHTML = "<p>Measured on " + esc(machine || "this machine") + " (" + esc(method) + "). These figures change with the machine." +
     (skip.length ? " Not timed: " + skip.join(", ") + "." : "") + "</p>" + notMeasured +
     "<table id='speed-table'><tr><th class='l'>model</th><th class='l'>variant</th><th class='l'>runtime</th><th>threads</th><th>median ms</th>" +
-    "<th>speed-up vs FP32</th><th>vs the runtime's best float run</th><th>candidate vs deployed</th></tr>" + rows.join("") + "</table>";
+    "<th>speed-up vs FP32</th><th>vs the runtime's best float run</th><th>candidate vs deployed</th></tr>" + rows.join("") + "</table>" +
+    nodeTable(nodes);
+  function nodeTable(list) {
+    if (!list.length) { return ""; }
+    var body = list.map(function (p) {
+      var kinds = (p.by_kind || []).slice(0, 4).map(function (k) { return esc(k.type) + " " + esc(k.precision) + " " + k.ms.toFixed(1); }).join(", ");
+      return "<tr><td class='l'>" + esc(p.model) + "</td><td class='l'>" + esc(p.variant) + (p.placement ? " <small>(" + esc(p.placement) + ")</small>" : "") +
+        "</td><td class='l'>" + esc(p.runtime) + "@" + esc(p.threads) + "</td><td>" + p.total_ms.toFixed(1) + "</td><td>" +
+        (100 * p.integer_kernel_share).toFixed(0) + "%</td><td>" + esc(p.conversions) + " (" + p.conversion_ms.toFixed(1) + " ms)</td><td class='l'>" + kinds + "</td></tr>";
+    });
+    return "<p>Where the time went, per node, as each runtime reports what it executed (one profiled inference; layer times " +
+      "add up to more than the latency above when the runtime's profiler adds overhead). Integer kernels: convolutions and matrix " +
+      "products that ran in int8/uint8. A standalone Q/DQ node is a conversion between float and integer that no kernel absorbed.</p>" +
+      "<table id='node-table'><tr><th class='l'>model</th><th class='l'>variant</th><th class='l'>runtime@threads</th><th>layer ms</th>" +
+      "<th>in integer Conv/MatMul kernels</th><th>standalone Q/DQ nodes</th><th class='l'>slowest layer kinds (type, precision, ms)</th></tr>" +
+      body.join("") + "</table>";
+  }
 })();
 """
 

@@ -163,6 +163,33 @@ def write_verification(work: str | Path, runtimes: Mapping[str, str], *, sites: 
     work = Path(work)
     rec = CalibrationRecord.load(work / "quantize" / "deployed")
     ts = ThresholdSet.load(work / "thresholds" / "deployed.json")
+    return _verification(rec, ts, runtimes, sites).save(work / "verify.json")
+
+
+def write_target(work: str | Path, runtime: str, state: str, *, sites: Sequence[str] = ("cam1-day", "cam1-night", "cam2-day")) -> Path:
+    """Write ``work/targets/<runtime>/`` of a :func:`write_inputs` tree as the main job's ``place`` .. ``verify`` stages
+    would: ``quantize/`` (the deployed record with ``calibration.ranges_from`` naming it), ``thresholds.json`` and
+    ``verify.json`` of that runtime in ``state`` (as in :func:`write_verification`). Returns the folder."""
+    import dataclasses
+    import shutil
+
+    from ..artifacts.record import CalibrationRecord
+    from ..artifacts.thresholds import ThresholdSet
+
+    work = Path(work)
+    folder = work / "targets" / runtime
+    shutil.copytree(work / "quantize" / "deployed", folder / "quantize")
+    rec = CalibrationRecord.load(folder / "quantize")
+    rec = dataclasses.replace(rec, calibration={**(rec.calibration or {}), "ranges_from": rec.fingerprint})
+    rec.save(CalibrationRecord.path_in(folder / "quantize"))
+    shutil.copy(work / "thresholds" / "deployed.json", folder / "thresholds.json")
+    _verification(rec, ThresholdSet.load(folder / "thresholds.json"), {runtime: state}, sites).save(folder / "verify.json")
+    return folder
+
+
+def _verification(rec: Any, ts: Any, runtimes: Mapping[str, str], sites: Sequence[str]) -> Any:
+    from ..artifacts.verification import DeploymentVerification, RuntimeResult, SiteAgreement
+
     results = []
     for name, state in runtimes.items():
         if state == "absent":
@@ -175,5 +202,4 @@ def write_verification(work: str | Path, runtimes: Mapping[str, str], *, sites: 
                                      tuple(SiteAgreement(s, f"{i:02d}" * 32, 8, "box_f1", agree, 24, 24, 8 if agree == 1.0 else 3)
                                            for i, s in enumerate(sites)),
                                      state != "failed", "'conv3_out' (Conv 'conv3')" if state == "numbers" else ""))
-    v = DeploymentVerification("quantkit-bundle-0123456789abcdef.tar", "12" * 32, rec.fingerprint, ts.fingerprint, "db_text", tuple(results))
-    return v.save(work / "verify.json")
+    return DeploymentVerification("quantkit-bundle-0123456789abcdef.tar", "12" * 32, rec.fingerprint, ts.fingerprint, "db_text", tuple(results))

@@ -174,37 +174,49 @@ def fp32_concerns(sites: Sequence[SiteReport], metrics: Sequence[MetricInfo], it
     return out
 
 
-def verification_facts(v: DeploymentVerification | None, role: str = "deployed") -> tuple[list[str], list[str]]:
+def verification_facts(v: DeploymentVerification | None, role: str = "deployed", *, per_runtime: bool = False,
+                       unverified: Sequence[str] = ()) -> tuple[list[str], list[str]]:
     """``(concerns, facts)`` of the ``role`` bundle's deployment verification (``verify.json``).
+
+    ``per_runtime``: ``v`` merges one bundle per target runtime (params ``targets``: each runtime's own Q/DQ placement of
+    one calibration), each verified on its runtime; ``unverified``: target runtimes without a verification.
 
     A runtime where the bundle is not deployable (its decisions disagree, or it failed to load or run) is a concern;
     a runtime where the decisions agree but the numbers differ from the QDQ simulation is a fact (a warning for
     engineers, naming the first diverging tensor); a runtime not installed where verify ran is a fact. Without a
     verification: "not verified". ``RuntimeResult.deployable`` is None in files written before it existed: then the
     runtime's ``verified`` answers."""
+    missing = [f"The {role} model is not verified on {rt}: no targets/{rt}/verify.json in the model's work folder (the pipeline's "
+               f"verify stage writes it)." for rt in unverified]
     if v is None:
-        return [], [f"The {role} bundle is not verified: no verify.json in the model's work folder (the pipeline's verify stage writes it)."]
-    concerns, facts, ok = [], [], []
+        return [], missing or [f"The {role} bundle is not verified: no verify.json in the model's work folder (the pipeline's verify stage writes it)."]
+    def bundle(name: str) -> str:  # the bundle verified on runtime ``name``
+        return f"the {role} model's bundle for {name}" if per_runtime else f"the {role} bundle"
+
+    concerns, facts, ok = [], missing, []
     for r in v.runtimes:
         name = r.label or r.runtime
         if not r.installed:
-            facts.append(f"{r.runtime} was not installed where verify ran: the {role} bundle is not verified on it.")
+            facts.append(f"{r.runtime} was not installed where verify ran: {bundle(r.runtime)} is not verified on it.")
             continue
         deployable = r.verified if r.deployable is None else r.deployable
         if not deployable:
             first = f" ({r.failures[0]})" if r.failures else ""
-            concerns.append(f"the {role} bundle failed verification on {name}{first}")
+            concerns.append(f"{bundle(name)} failed verification" + ("" if per_runtime else f" on {name}") + first)
         elif not r.verified:
             where = f"; first diverging tensor {r.divergence}" if r.divergence else ""
-            facts.append(f"Warning for engineers: on {name} the {role} bundle's decisions agree with the simulation but its numbers "
-                         f"differ{where}; it is deployable.")
+            subject = bundle(name) if per_runtime else f"on {name} {bundle(name)}"
+            facts.append(f"Warning for engineers: {subject} makes the simulation's decisions but its numbers differ{where}; it is deployable.")
             ok.append(name)
         else:
             ok.append(name)
     if ok:
-        agree = "; ".join(f"{s.site_set} {s.metric.replace('_', ' ')} {s.value:.2f} over {s.images} images"
-                          for r in v.runtimes if (r.label or r.runtime) == ok[0] for s in r.sites)
-        facts.insert(0, f"The {role} bundle is deployable on {_names(ok)}" + (f" (decisions vs FP32 on {ok[0]}: {agree})." if agree else "."))
+        shown = ok if per_runtime else ok[:1]  # one bundle: its decisions on the first runtime; one per runtime: each one's
+        agree = "; ".join(f"{name}: " + ", ".join(f"{s.site_set} {s.metric.replace('_', ' ')} {s.value:.2f} over {s.images} images"
+                                                 for r in v.runtimes if (r.label or r.runtime) == name for s in r.sites) for name in shown)
+        what = (f"The {role} model's bundles, one per target runtime (one calibration, each runtime's own Q/DQ placement), are"
+                if per_runtime and len(ok) > 1 else f"{bundle(ok[0])[0].upper()}{bundle(ok[0])[1:]} is")
+        facts.insert(0, f"{what} deployable on {_names(ok)}" + (f" (decisions vs FP32 on {agree})." if agree.strip() else "."))
     return concerns, facts
 
 
@@ -239,7 +251,8 @@ def _facts(sites: Sequence[SiteReport], dep: dict[str, ShiftMetrics | None], pri
 def verdict(sites: Sequence[SiteReport], primary: MetricInfo, item: str, deployed_cal: str, candidate_cal: str | None, cfg: ReportConfig,
             *, metrics: Sequence[MetricInfo], same_calibration: bool = False, paired: PairedDifference | None = None,
             paired_sites: Sequence[PairedDifference] = (), verification: DeploymentVerification | None = None,
-            with_verification: bool = False, calibration: tuple[str, str] = ("", "")) -> tuple[str, list[str]]:
+            with_verification: bool = False, calibration: tuple[str, str] = ("", ""), per_runtime: bool = False,
+            unverified: Sequence[str] = ()) -> tuple[str, list[str]]:
     """Decision (one of :data:`quantkit.report.model.DECISIONS`) and plain sentences: the first says what to do and
     why, the others give the facts (sample sizes and 95% bootstrap CIs) and the commands that carry it out.
 
@@ -248,11 +261,12 @@ def verdict(sites: Sequence[SiteReport], primary: MetricInfo, item: str, deploye
     ``paired``: candidate minus deployed of the primary metric over every site set on the same images
     (:func:`quantkit.report.paired.paired_difference`), ``paired_sites`` the same per site set; without ``paired``
     two green models are never told apart. ``verification``: the deployed bundle's ``verify.json`` when
-    ``with_verification`` (None then says "not verified"; the report always passes it). ``calibration``:
+    ``with_verification`` (None then says "not verified"; the report always passes it); ``per_runtime`` / ``unverified``:
+    as in :func:`verification_facts`. ``calibration``:
     the deployed calibration set's ``(camera, lighting)``, the condition FP32's detections are compared against."""
     decision, lines = _decide(sites, primary, item, deployed_cal, candidate_cal, cfg, metrics=metrics, same_calibration=same_calibration,
                               paired=paired, paired_sites=paired_sites)
-    v_concerns, v_facts = verification_facts(verification) if with_verification else ([], [])
+    v_concerns, v_facts = verification_facts(verification, per_runtime=per_runtime, unverified=unverified) if with_verification else ([], [])
     f_concerns = fp32_concerns(sites, metrics, item, calibration, cfg)
     if decision == "needs review":  # labelled FP32 failures are in the headline already ("FP32 itself fails on X (below)")
         f_concerns = [c for c in f_concerns if not c.endswith("against its labels (below)")]
