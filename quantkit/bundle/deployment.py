@@ -1,6 +1,8 @@
-"""The main job's ``verify`` stage: the deployed bundle on each target runtime, and its agreement with FP32 per site set.
+"""The main job's ``verify`` stage: a deployed bundle on its target runtime, and its agreement with FP32 per site set.
 
-For each runtime named in ``params.yaml: verify.runtimes`` that is installed:
+The main job builds one bundle per target runtime (``params.yaml: targets``) and verifies each on its own runtime
+(``quantkit verify --runtime R --out``); by hand, one bundle may be verified on several. For each runtime named
+(``--runtime``, else ``params.yaml: verify.runtimes``) that is installed:
 
 1. the bundle is verified on it (:func:`quantkit.bundle.verify.verify_bundle`: golden outputs and decisions,
    precision, latency);
@@ -10,7 +12,7 @@ For each runtime named in ``params.yaml: verify.runtimes`` that is installed:
    pooled over the set into its decision metric (:func:`quantkit.bundle.decisions.pooled`).
 
 The result is one artifact, :class:`quantkit.artifacts.verification.DeploymentVerification`
-(``work/models/<model>/verify.json``), that the shift report reads. Latency is printed, not stored: it depends on the
+(``work/models/<model>/targets/<runtime>/verify.json`` in the main job), that the shift report reads. Latency is printed, not stored: it depends on the
 machine (``quantkit measure`` keeps it beside the report).
 """
 
