@@ -10,7 +10,12 @@ placement), INT8 variants are built from that one record's calibrated ranges (no
 * ``openvino``: the same, no output quantized (Conv -> activation chain left whole, graph outputs float): the
   ``openvino`` recipe (called ``conv-inputs`` in the first runs);
 * ``openvino-eltwise``: ``openvino`` plus residual Add/Mul on two integer inputs (measured slower, not kept);
-* each ``--extra MODEL:LABEL=PATH`` as given (e.g. NNCF's file from ``bench/nncf_quantize.py``).
+* with ``--nncf SET`` (and NNCF installed, the ``nncf`` extra): NNCF's files, quantized here on that calibration set by
+  ``quantize.engine: nncf`` (:mod:`quantkit.quantize.nncf_engine`; same images and preprocessing as ours): ``nncf``
+  (the default config: NNCF's ``mixed`` preset, its int8 activation pairs rewritten as uint8 on the same grid) and
+  ``nncf-int8`` (NNCF's own activation types, the file NNCF writes; OpenVINO 2026.4 miscomputes its int8 pairs after
+  a Concat);
+* each ``--extra MODEL:LABEL=PATH`` as given.
 
 Every model of one thread count is timed in ONE interleaved loop (:func:`quantkit.runtimes.latency.interleaved_latency`:
 each repeat runs every entry once, rotating the order; medians), ORT sessions with spinning off: FP32 on ORT (level
@@ -23,7 +28,8 @@ Usage::
 
     python bench/bench_placement.py --work /tmp/spd/work --params /tmp/spd/params.yaml \\
         --reference-set /tmp/spd/reference_sets/cam1-day --reference-set /tmp/spd/reference_sets/cam1-night \\
-        --models ppocr_det ddddocr_det --threads 1 2 --repeats 15 --out bench/results/placement.json
+        --models ppocr_det ddddocr_det --threads 1 2 --repeats 15 --out bench/results/placement.json \\
+        --nncf /tmp/spd/calibration_sets/cam1-day
 """
 
 from __future__ import annotations
@@ -79,6 +85,26 @@ def build_variants(intake: Path, base: Path, dest: Path) -> dict[str, Path]:
     return out
 
 
+NNCF_VARIANTS = {"nncf": {}, "nncf-int8": {"activation_type": "int8"}}
+"""NNCF's files ``--nncf`` builds: label -> ``quantize`` fields beside ``engine: nncf, placement: nncf``."""
+
+
+def build_nncf(intake: Path, calibration_set: Path, dest: Path) -> dict[str, Path]:
+    """NNCF's INT8 files of :data:`NNCF_VARIANTS` (``quantize.engine: nncf``), or none when nncf is not installed."""
+    from quantkit.quantize import StaticQuantConfig, quantize
+
+    try:
+        import nncf  # noqa: F401
+    except ImportError:
+        sys.stderr.write("--nncf: nncf is not installed (pip install 'quantkit[nncf]'); NNCF's files left out\n")
+        return {}
+    out = {}
+    for label, fields in NNCF_VARIANTS.items():
+        quantize(intake, StaticQuantConfig(engine="nncf", placement="nncf", **fields), out=dest / label, calibration_set=calibration_set)
+        out[label] = dest / label / "model_int8.onnx"
+    return out
+
+
 def _runner(runtime: str) -> Any:
     from quantkit.runtimes.latency import FLOAT_RUNS, RUNTIMES
 
@@ -100,7 +126,8 @@ def agreement(entries: dict[str, tuple[Path, str]], refs: Any, metric: Any) -> d
 
 
 def bench_model(name: str, work: Path, params: Path, ref_sets: list[Path], threads: list[int], repeats: int, warmup: int,
-                images: int, tmp: Path, extra: dict[str, Path] | None = None, only: list[str] | None = None) -> dict[str, Any]:
+                images: int, tmp: Path, extra: dict[str, Path] | None = None, only: list[str] | None = None,
+                nncf_set: Path | None = None) -> dict[str, Any]:
     from quantkit.config import config_from_params
     from quantkit.modelio import load_model
     from quantkit.quantize.engine import load_intake
@@ -111,7 +138,8 @@ def bench_model(name: str, work: Path, params: Path, ref_sets: list[Path], threa
 
     intake = work / name / "intake"
     model_path, _, note = load_intake(intake)
-    variants = {**build_variants(intake, work / name / "quantize" / "ort", tmp / name), **(extra or {})}
+    variants = {**build_variants(intake, work / name / "quantize" / "ort", tmp / name),
+                **(build_nncf(intake, nncf_set, tmp / name) if nncf_set is not None else {}), **(extra or {})}
     entries: dict[str, tuple[Path, str]] = {"fp32 ort": (model_path, "ort"), "fp32 ov-default": (model_path, "ov-default"),
                                             "fp32 ov-f32": (model_path, "ov-f32")}
     for v, p in variants.items():
@@ -171,7 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--agreement-images", type=int, default=4, help="images of each reference set for agreement")
     ap.add_argument("--extra", action="append", default=[], metavar="MODEL:LABEL=PATH",
-                    help="another INT8 file of MODEL timed and scored beside the placements (e.g. NNCF's, bench/nncf_quantize.py)")
+                    help="another INT8 file of MODEL timed and scored beside the placements")
+    ap.add_argument("--nncf", type=Path, metavar="SET", help="also quantize each model with NNCF (quantize.engine: nncf) on this "
+                    "calibration set and time and score its files beside ours (needs the nncf extra)")
     ap.add_argument("--only", nargs="+", metavar="ENTRY", help="time and score only these entries (e.g. 'fp32 ov-default' 'openvino ov-default')")
     ap.add_argument("--out", type=Path, help="write the results as JSON here too")
     a = ap.parse_args(argv)
@@ -182,8 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         extra.setdefault(model, {})[label] = Path(path)
     cpu = _cpu()
     with tempfile.TemporaryDirectory(prefix="bench-placement-") as tmp:
-        results = [bench_model(m, a.work, a.params, a.reference_set, a.threads, a.repeats, a.warmup, a.agreement_images, Path(tmp), extra.get(m), a.only)
-                   for m in a.models]
+        results = [bench_model(m, a.work, a.params, a.reference_set, a.threads, a.repeats, a.warmup, a.agreement_images, Path(tmp), extra.get(m), a.only,
+                               a.nncf) for m in a.models]
     sys.stdout.write(render(results, cpu, a.repeats) + "\n")
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)

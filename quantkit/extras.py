@@ -2,11 +2,12 @@
 when one is missing.
 
 The core install (``pip install quantkit``) holds what the library needs to quantize, bind, report and verify a
-user's model. Two extras add what only one part uses:
+user's model. These extras add what only one part uses:
 
 ``fleet``  pyarrow, datasketches, dask[distributed] (which brings fsspec): :mod:`quantkit.fleet` and
            ``quantkit fleet``
 ``demo``   rapidocr-onnxruntime, ddddocr: the demo models (:mod:`quantkit.demo`, ``quantkit demo model``)
+``nncf``   nncf: NNCF as a second quantization engine (``quantize.engine: nncf``, :mod:`quantkit.quantize.nncf_engine`)
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from .errors import MissingExtraError
 EXTRAS: dict[str, tuple[str, ...]] = {
     "fleet": ("pyarrow", "datasketches", "dask", "distributed", "fsspec"),
     "demo": ("rapidocr_onnxruntime", "ddddocr"),
+    "nncf": ("nncf",),
 }
 """Extra -> the top-level modules it installs (pyproject.toml ``[project.optional-dependencies]``)."""
 

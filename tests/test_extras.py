@@ -63,7 +63,7 @@ def test_demo_model_without_rapidocr(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_core_dependencies_hold_no_extra_package() -> None:
     core = " ".join(_project()["dependencies"]).lower()
-    for name in ("rapidocr", "ddddocr", "dask", "distributed", "pyarrow", "datasketches"):
+    for name in ("rapidocr", "ddddocr", "dask", "distributed", "pyarrow", "datasketches", "nncf"):
         assert name not in core, f"{name} is a core dependency; it belongs to an extra"
 
 
@@ -77,5 +77,6 @@ def test_extras_hold_their_modules_and_test_installs_them() -> None:
         assert module in fleet
     assert "dask[distributed]" in fleet
     assert "quantkit[fleet]" in extras["demo"], "the demo's dvc repro runs the demo fleet"
-    assert any(r.replace(" ", "").startswith("quantkit[") and all(x in r for x in ("demo", "fleet", "openvino"))
+    assert [r for r in extras["nncf"] if r.startswith(EXTRAS["nncf"][0])], "the nncf extra installs nncf"
+    assert any(r.replace(" ", "").startswith("quantkit[") and all(x in r for x in ("demo", "fleet", "openvino", "nncf"))
                for r in extras["test"])

@@ -253,7 +253,7 @@ def test_one_checker_child_serves_the_checks_and_a_crash_starts_a_new_one(tmp_pa
     """The runtime gate's child process is started once and serves every check; a check during which it dies
     (ORT 1.32's SIGSEGV on a quantized Mul fed by an empty GatherND) is a one-line refusal, and the next check
     (quantize's retry with those nodes in float) gets a new child."""
-    from quantkit.quantize import engine
+    from quantkit.quantize import files
     from quantkit.quantize import runtime_check as rc
 
     seen: list[tuple[int | None, str | None]] = []
@@ -267,7 +267,7 @@ def test_one_checker_child_serves_the_checks_and_a_crash_starts_a_new_one(tmp_pa
             raise
         seen.append((rc._CHECKER.proc.pid, None))
 
-    monkeypatch.setattr(engine, "check_runs", watched)
+    monkeypatch.setattr(files, "check_runs", watched)
     intake = write_model_intake(variable_shape_model(SIZE), tmp_path / "intake", SIZE)
     good = write_model_intake(conv_relu_conv_model(SIZE), tmp_path / "good", SIZE)
     quantize(intake, StaticQuantConfig(), out=tmp_path / "q", calibration_set=cset)

@@ -63,7 +63,7 @@ def test_recipes_are_checked_against_the_config():
         StaticQuantConfig(placement="openvino", per_channel=True, symmetric_weights=False)
     with pytest.raises(UnsupportedOptionError, match="remove op_types_to_quantize"):
         StaticQuantConfig(placement="openvino", per_channel=True, op_types_to_quantize=("Conv",))
-    with pytest.raises(ConfigError, match="'tflite' is not a known recipe; use one of openvino, openvino-eltwise, ort"):
+    with pytest.raises(ConfigError, match="'tflite' is not a known recipe; use one of nncf, openvino, openvino-eltwise, ort"):
         StaticQuantConfig(placement="tflite")
     with pytest.raises(ConfigError, match="already registered"):
         register_placement(PlacementRecipe("openvino"))

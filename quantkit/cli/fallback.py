@@ -37,6 +37,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--model", help="name under params 'models': its sections (task, fallback, ...) override the top-level ones")
     p.add_argument("--section", default="fallback", help="params section of the fallback settings")
     p.add_argument("--quantize-section", default="quantize", help="params section of the quantization options (without --base)")
+    p.add_argument("--engine", choices=["ort", "nncf"], help="override quantize.engine (without --base); nncf: NNCF's "
+                   "quantize_with_accuracy_control chooses what returns to float (max drop 1 - target), the nncf extra")
     for field, (flag, typ, text) in OVERRIDES.items():
         kw: dict[str, Any] = {"choices": ["float", "int16"]} if field == "strategy" else {"choices": ["bisect", "sqnr"]} if field == "search" else {}
         p.add_argument(flag, dest=field, type=typ, default=None, help=text + " (overrides the params value)", **kw)
@@ -95,11 +97,19 @@ def run(args: argparse.Namespace) -> int:
         from .quantize import build_config as quantize_config
 
         qconfig = quantize_config(argparse.Namespace(params=args.params, section=args.quantize_section, dynamic=False, method=None,
-                                                     chunk_size=None, max_images=None, placement=None))
+                                                     chunk_size=None, max_images=None, placement=None, engine=args.engine))
+    elif args.engine is not None:
+        raise ConfigError("--engine applies when fallback quantizes (--calibration-set); drop it, or drop --base")
     if not sys.stderr.isatty():  # no progress bar: one log line per round instead
         logging.getLogger("quantkit.quantize.fallback").setLevel(logging.INFO)
-    r = precision_fallback(args.intake, config, reference_sets=args.reference_set, out=args.out, base=args.base, quantize_config=qconfig,
-                           calibration_set=args.calibration_set, metric=_metric(args), deployed=args.deployed)
+    if qconfig is not None and qconfig.engine == "nncf":
+        from ..quantize.fallback.accuracy_control import nncf_accuracy_control
+
+        r = nncf_accuracy_control(args.intake, config, qconfig, reference_sets=args.reference_set, calibration_set=args.calibration_set,
+                                  out=args.out, metric=_metric(args), deployed=args.deployed)
+    else:
+        r = precision_fallback(args.intake, config, reference_sets=args.reference_set, out=args.out, base=args.base, quantize_config=qconfig,
+                               calibration_set=args.calibration_set, metric=_metric(args), deployed=args.deployed)
     ok = r.met and not (config.fail_if_slower and r.slower_than_fp32)
     if args.json:
         print(json.dumps(r.to_dict(), indent=2, sort_keys=True))

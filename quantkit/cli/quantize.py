@@ -26,9 +26,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--checkpoint", metavar="FILE", help="calibration checkpoint file (default: next to --out; resumes an interrupted run)")
     p.add_argument("--min-levels", type=float, metavar="N", help="flag output channels spanning fewer quantization steps "
                    "(default: quantkit.quantize.outputs.DEFAULT_LEVELS_FLOOR)")
-    p.add_argument("--placement", metavar="NAME", help="override quantize.placement: where Q/DQ pairs go (ort | openvino)")
+    p.add_argument("--placement", metavar="NAME", help="override quantize.placement: where Q/DQ pairs go (ort | openvino | nncf)")
     p.add_argument("--target", metavar="RUNTIME", help="take the placement from params targets.RUNTIME.placement (the main job's "
                    "per-runtime files, with --ranges-from the deployed record)")
+    p.add_argument("--engine", choices=["ort", "nncf"], help="override quantize.engine: ONNX Runtime's quantizer or NNCF's "
+                   "(the nncf extra; its placement is nncf unless the section names one)")
     p.add_argument("--ranges-from", metavar="RECORD", help="use this record's calibrated ranges instead of calibrating "
                    "(same float model and calibration settings; e.g. another placement of one calibration)")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (written whole or not at all)")
@@ -45,12 +47,15 @@ def build_config(args: argparse.Namespace) -> Any:
     section: dict[str, Any] = dict(load_params(args.params, args.section)) if args.params else {}
     dynamic_section = section.pop("dynamic", {}) or {}
     if args.dynamic:
-        for flag in ("calibration_set", "method", "chunk_size", "max_images", "checkpoint", "placement", "target", "ranges_from"):
+        for flag in ("calibration_set", "method", "chunk_size", "max_images", "checkpoint", "placement", "target", "ranges_from", "engine"):
             if getattr(args, flag) is not None:
                 raise UnsupportedOptionError(f"--{flag.replace('_', '-')} applies to static quantization only; drop it or drop --dynamic")
         return DynamicQuantConfig.from_dict(dynamic_section, where=f"{args.params or 'params'}: {args.section}.dynamic")
+    engine = getattr(args, "engine", None)
     overrides = {"method": args.method, "calibration_chunk_size": args.chunk_size, "max_images": args.max_images,
-                 "placement": args.placement if args.target is None else target_placement(args)}
+                 "placement": args.placement if args.target is None else target_placement(args), "engine": engine}
+    if engine is not None and engine != "ort" and overrides["placement"] is None and "placement" not in section:
+        overrides["placement"] = engine  # the engine's own placement: --engine nncf alone is enough
     section.update({k: v for k, v in overrides.items() if v is not None})
     return StaticQuantConfig.from_dict(section, where=f"{args.params or 'params'}: {args.section}")
 
@@ -125,7 +130,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=2, sort_keys=True))
         return 0
     w = sys.stdout.write
-    w(f"wrote {args.out}/model_int8.onnx and record.json ({rec.mode}, opset {rec.opset_before} -> {rec.opset_after})\n")
+    engine = "" if rec.config.get("engine", "ort") == "ort" else f", engine {rec.config['engine']} {rec.versions.get(rec.config['engine'], '')}"
+    w(f"wrote {args.out}/model_int8.onnx and record.json ({rec.mode}{engine}, opset {rec.opset_before} -> {rec.opset_after})\n")
     if rec.calibration_set:
         cs = rec.calibration_set
         used = (rec.calibration or {}).get("images")
@@ -170,6 +176,9 @@ def findings(rec: Any) -> list[str]:
         lines.append(f"variable shape (calibrated at whatever size arrived): {', '.join(cal['variable_shape'])}")
     if cal.get("unobserved"):
         lines.append(f"no value on any calibration image (their nodes stay in float): {', '.join(cal['unobserved'])}")
+    if cal.get("activations_to_uint8"):
+        lines.append(f"rewritten as uint8 on the same grid (zero point + 128): {len(cal['activations_to_uint8'])} of NNCF's int8 activation "
+                     "pairs (OpenVINO miscomputes int8 pairs after a Concat; quantize.activation_type: int8 keeps them)")
     if cal.get("float_nodes"):
         lines.append(f"kept in float by quantize: {', '.join(cal['float_nodes'])}")
     lines += [f"warning: {w}" for w in cal.get("warnings", [])]

@@ -59,7 +59,8 @@ def _name(node: Any, i: int) -> str:
 def patterns_in(model: Any) -> list[tuple[str, list[str]]]:
     """``[(pattern name, [node names])]`` of the suite's patterns an ``onnx.ModelProto`` (QDQ) uses, in suite order.
 
-    Detected: Concat whose DequantizeLinear inputs have different scales; Resize between DequantizeLinear and
+    Detected: Concat whose DequantizeLinear inputs have different scales; an int8 Conv reading a Concat of int8 pairs
+    (or an int8 pair after a Concat), or of uint8 pairs with different zero points; Resize between DequantizeLinear and
     QuantizeLinear (by mode / coordinate transform / nearest rounding); per-channel DequantizeLinear weights of
     Conv, ConvTranspose, Gemm (transB and axis) and MatMul; the integer type of activation QuantizeLinear nodes
     (uint8, int8, uint16, int16); 4-bit weights; uint8 activations into int8 weights (``saturation_u8s8``). A Resize whose attributes the suite does not model is reported
@@ -72,6 +73,7 @@ def patterns_in(model: Any) -> list[tuple[str, list[str]]]:
         for x in n.input:
             consumers.setdefault(x, []).append(n)
     found: dict[str, list[str]] = {}
+    pos = {n.output[0]: i for i, n in enumerate(model.graph.node) if n.output}
 
     def add(p: str, node: str) -> None:
         found.setdefault(p, [])
@@ -103,6 +105,9 @@ def patterns_in(model: Any) -> list[tuple[str, list[str]]]:
             x = prod.get(n.input[0])
             if _zp_type(model, dq) == "int8" and x is not None and x.op_type == "DequantizeLinear" and _zp_type(model, x) == "uint8":
                 add("saturation_u8s8", _name(n, i))
+            concat = _concat_into(model, x, prod, pos)
+            if concat is not None:
+                add(concat[0], concat[1])
         elif n.op_type in ("Sigmoid", "Add", "Mul") and n.input and n.input[0] in prod and prod[n.input[0]].op_type == "DequantizeLinear" \
                 and any(c.op_type == "QuantizeLinear" for c in consumers.get(n.output[0], [])):
             if n.op_type == "Sigmoid":
@@ -119,6 +124,30 @@ def patterns_in(model: Any) -> list[tuple[str, list[str]]]:
                 add(f"activations_{t}", _name(n, i))
     order = {p.name: k for k, p in enumerate(PATTERNS)}
     return sorted(found.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0]))
+
+
+def _concat_into(model: Any, x: Any, prod: dict[str, Any], pos: dict[str, int]) -> tuple[str, str] | None:
+    """``(pattern, Concat name)`` when an int8 Conv's input ``x`` (its producer node) is a Concat whose inputs are all
+    DequantizeLinear (``concat_int8_conv`` when one is int8, ``concat_zero_points_conv`` when uint8 zero points differ),
+    or an int8 DequantizeLinear of a Concat (``concat_int8_conv``); else None. ``pos``: a node's index by its first output."""
+    if x is None:
+        return None
+    if x.op_type == "DequantizeLinear" and _zp_type(model, x) == "int8":
+        q = prod.get(x.input[0])
+        c = prod.get(q.input[0]) if q is not None and q.op_type == "QuantizeLinear" else None
+        if c is not None and c.op_type == "Concat":
+            return "concat_int8_conv", _name(c, pos[c.output[0]])
+        return None
+    if x.op_type != "Concat":
+        return None
+    dqs = [prod.get(i) for i in x.input]
+    if len(dqs) < 2 or any(d is None or d.op_type != "DequantizeLinear" for d in dqs):
+        return None
+    name = _name(x, pos[x.output[0]])
+    if any(_zp_type(model, d) == "int8" for d in dqs):
+        return "concat_int8_conv", name
+    zps = {float(np.max(z)) if (z := _const(model, d.input[2])) is not None else 0.0 for d in dqs if len(d.input) > 2}
+    return ("concat_zero_points_conv", name) if len(zps) > 1 else None
 
 
 def failing_patterns(model: Any, matrix: PatternMatrix, runtimes: Sequence[str]) -> list[tuple[PatternResult, list[str]]]:

@@ -4,7 +4,9 @@ Every model takes a float image-like input ``[1, 3, 8, 8]`` (:data:`X_SHAPE`), r
 is known (:attr:`PatternCase.output_scale`), so a runtime's output can be compared with ONNX's reference
 evaluator in quantization steps. Families (``Pattern.family``):
 
-* ``concat_scales``: Concat of two branches quantized with scales 25x apart, requantized into an int8 Conv;
+* ``concat_scales``: Concat of two branches quantized with scales 25x apart, requantized into an int8 Conv; Concat
+  of two branches quantized as int8 (NNCF writes tensors with negative values so), or as uint8 with one scale and
+  two zero points, straight into an int8 Conv;
 * ``resize``: QDQ around Resize (fused into an 8-bit Resize by ORT) for each mode / coordinate transform /
   nearest rounding, to a non-integer size (8x8 -> 13x11, where the transforms differ);
 * ``per_channel``: per-channel int8 weights of Conv (axis 0), ConvTranspose (axis 1), Gemm (transB, axis 0;
@@ -134,6 +136,25 @@ def concat_scales() -> PatternCase:
     return PatternCase(g.model(X_SHAPE, y), _x(), 0.25)
 
 
+def concat_into_conv(zero_points: tuple[int, int], dtype: str) -> Callable[[], PatternCase]:
+    """Two branches quantized with one scale and ``zero_points`` as ``dtype``, concatenated and read straight by an int8
+    Conv (NNCF gives a Concat's inputs one quantizer and writes tensors with negative values as int8). Found on
+    OpenVINO 2026.4's CPU plugin: with int8 branches the Conv computes on them rounded and clipped to [-128, 127] as if
+    their scale were 1 (PP-OCR's DB neck quantized by NNCF, :mod:`quantkit.quantize.nncf_engine`); uint8 branches with
+    two zero points are off by tens of steps too; uint8 with one zero point is computed as written."""
+    def build() -> PatternCase:
+        g, r = _G(19), _rng(7)
+        xd = g.qdq("x", 0.03, 128, "uint8", "in")
+        a = g.qdq(g.node("Conv", [xd, g.weight(r.normal(0, 0.3, (4, 3, 3, 3)), 0, "int8", "wa")], "conv_a", pads=[1, 1, 1, 1]),
+                  0.02, zero_points[0], dtype, "a")
+        b = g.qdq(g.node("Conv", [xd, g.weight(r.normal(0, 0.3, (4, 3, 3, 3)), 0, "int8", "wb")], "conv_b", pads=[1, 1, 1, 1]),
+                  0.02, zero_points[1], dtype, "b")
+        c = g.node("Concat", [a, b], "concat", axis=1)
+        y = g.qdq(g.node("Conv", [c, g.weight(r.normal(0, 0.2, (4, 8, 3, 3)), 0, "int8", "wc")], "conv_c", pads=[1, 1, 1, 1]), 0.02, 128, "uint8", "y")
+        return PatternCase(g.model(X_SHAPE, y), _x(), 0.02)
+    return build
+
+
 def resize(mode: str, coord: str, nearest: str = "round_prefer_floor") -> Callable[[], PatternCase]:
     def build() -> PatternCase:
         g = _G(19)
@@ -239,6 +260,10 @@ def rounding() -> PatternCase:
 
 PATTERNS: tuple[Pattern, ...] = (
     Pattern("concat_scales_int8_conv", "concat_scales", "Concat of inputs quantized with scales 25x apart, into an int8 Conv", concat_scales),
+    Pattern("concat_int8_conv", "concat_scales", "Concat of int8 inputs (zero points 0, -24; NNCF's signed activations) into an int8 Conv",
+            concat_into_conv((0, -24), "int8")),
+    Pattern("concat_zero_points_conv", "concat_scales", "Concat of uint8 inputs with one scale, zero points 128 and 104, into an int8 Conv",
+            concat_into_conv((128, 104), "uint8")),
     *(Pattern(f"resize_{m}_{c}" + (f"_{n}" if m == "nearest" else ""), "resize", f"QDQ Resize mode={m}, coordinates={c}" + (f", nearest={n}" if m == "nearest" else ""),
               resize(m, c, n))
       for m, c, n in [("nearest", "asymmetric", "floor"), ("nearest", "half_pixel", "round_prefer_floor"),

@@ -9,6 +9,8 @@ Module map (one line each; the calibration loop runs engine -> calibrate -> tap 
     config            StaticQuantConfig, DynamicQuantConfig, TensorOverride: one named field per knob
     adapter           the one module that talks to onnxruntime.quantization: configs to ORT arguments, ranges to TensorsData
     engine            quantize(): load the intake, calibrate, call ORT, write model + record
+    files             what every engine shares: the intake read, the model prepared, the file finished, the record built
+    nncf_engine       quantize.engine: nncf: the one module that imports nncf (nncf.quantize, its int8 activations as uint8)
     calibrate         collect_ranges(): bounded-memory, resumable range collection reproducing ORT's calibrators
     checkpoint        calibration state saved to / loaded from one .npz, keyed by everything it depends on
     tap               the tap model: every calibrated tensor (or its extremes, or its tails) as outputs of one session
@@ -18,7 +20,7 @@ Module map (one line each; the calibration loop runs engine -> calibrate -> tap 
     fine_histogram    FineHistogramState: one-pass histograms within a stated tolerance (Percentile, Entropy)
     cutoffs           which elements a percentile tensor still needs read after its first image (cut-offs, piles)
     derive            ranges that follow exactly from another tensor's range (MinMax need not read them)
-    scales            the scales and zero points read from a written model into TensorScale rows
+    scales            the scales and zero points read from a written model into TensorScale rows (ORT's names; any QDQ file)
     outputs           what the written model computes at its outputs: effective levels, collapsed channels, findings
     runtime_check     the gate before a model is written: the runtime loads and runs it at its deployment level
     compare           layer by layer FP32 against the QDQ simulation (SQNR, cosine, clipping), streaming
@@ -27,7 +29,7 @@ Module map (one line each; the calibration loop runs engine -> calibrate -> tap 
     recovery/         accuracy recovery before the fallback: fold, equalize, bias, adaround, ranges (one module each),
                       apply (runs them in order), activations (float tensors per image), weights (fake-quant weights)
     fallback/         precision fallback: config, graph (names, islands), candidates (build + score), metric,
-                      search (bisect, prune, SQNR ranking), run (precision_fallback)
+                      search (bisect, prune, SQNR ranking), run (precision_fallback), accuracy_control (NNCF's, as a peer)
 
 Modules that do the same thing twice (noted for a later pass, not changed here):
 

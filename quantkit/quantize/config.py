@@ -147,7 +147,17 @@ class StaticQuantConfig(_Common):
             nothing inside a Conv's activation chain, no output quantization; needs ``per_channel: true``, uint8
             activations, int8 symmetric weights) or ``openvino-eltwise`` (also residual Add/Mul inputs; measured
             slower). Calibration covers the ``ort`` recipe's tensors whatever the placement, so one record's ranges
-            serve every recipe.
+            serve every recipe. ``nncf``: NNCF's own placement (only with ``engine: nncf``).
+        engine: ``ort`` (ONNX Runtime's quantizer driven by quantkit's calibration) or ``nncf`` (``nncf.quantize`` on
+            the ONNX model, the optional ``nncf`` extra; :mod:`quantkit.quantize.nncf_engine`). NNCF honours
+            ``symmetric_activations`` (false: its ``mixed`` preset, asymmetric activations; true: its ``performance``
+            preset, zero point 0), ``activation_type`` (``uint8``: NNCF's int8 per-tensor activation pairs rewritten as
+            uint8 on the same grid, zero point + 128, which OpenVINO computes correctly after a Concat; ``int8``: NNCF's
+            own types, int8 for tensors with negative values), ``max_images`` (its ``subset_size``; default every image
+            of the set) and the three exclusion lists (its ``IgnoredScope``); it needs ``placement: nncf``,
+            ``per_channel: true``, ``weight_type: int8`` and symmetric weights, and estimates ranges itself (per-tensor
+            activations: mean over images of each image's min and max), so every other field must keep its default
+            (:func:`check_engine`).
     """
 
     per_channel: bool = True
@@ -167,10 +177,12 @@ class StaticQuantConfig(_Common):
     calibration_graph: Literal["exact", "optimized"] = "exact"
     tensor_overrides: dict[str, TensorOverride] = dataclasses.field(default_factory=dict)
     placement: str = "ort"
+    engine: Literal["ort", "nncf"] = "ort"
 
     def validate(self) -> None:
         super().validate()
         check_placement(self)
+        check_engine(self)
         if self.calibration_chunk_size < 1:
             raise ConfigError(f"calibration_chunk_size: {self.calibration_chunk_size} must be >= 1")
         if self.max_images is not None and self.max_images < 1:
@@ -251,6 +263,10 @@ def check_placement(c: StaticQuantConfig) -> None:
     """Raise for a placement that is unknown or whose recipe needs settings the config does not have."""
     r = placement_recipe(c.placement)
     where = f"placement: {c.placement}"
+    if r.engine != c.engine:
+        if c.engine == "ort":
+            raise UnsupportedOptionError(f"{where} is NNCF's own placement; set engine: {r.engine}, or a placement ORT applies (ort, openvino)")
+        raise UnsupportedOptionError(f"{where} is a recipe for ORT's quantizer; engine: {c.engine} places Q/DQ pairs itself: set placement: {c.engine}")
     if r.per_channel_weights and not c.per_channel:
         raise UnsupportedOptionError(f"{where} needs per-channel weights; set per_channel: true")
     if r.symmetric_weights and c.symmetric_weights is False:
@@ -263,6 +279,36 @@ def check_placement(c: StaticQuantConfig) -> None:
         raise UnsupportedOptionError(f"{where} chooses the op types itself; remove op_types_to_quantize (op_types_to_exclude still applies)")
     if c.format != "qdq" and r.name != "ort":
         raise UnsupportedOptionError(f"{where} places QuantizeLinear/DequantizeLinear pairs; set format: qdq")
+
+
+#: Fields NNCF's engine cannot honour: each must keep this value with ``engine: nncf`` (ORT's calibrators, formats and
+#: overrides have no NNCF counterpart; NNCF 3.4 ``nncf.quantize``: CPU target, per-channel symmetric int8 weights, QDQ).
+NNCF_FIXED: dict[str, object] = {
+    "method": "minmax", "format": "qdq", "per_channel": True, "weight_type": "int8", "reduce_range": False,
+    "calibration_symmetric": None, "moving_average": False, "calibration_chunk_size": 1, "calibration_graph": "exact",
+    "tensor_overrides": {}, "op_types_to_quantize": (),
+}
+
+
+def check_engine(c: StaticQuantConfig) -> None:
+    """Raise UnsupportedOptionError for a field the config's engine cannot honour (see ``engine`` in
+    :class:`StaticQuantConfig`): with ``engine: nncf``, a field of :data:`NNCF_FIXED` off its value, asymmetric
+    weights or activations other than 8-bit (a placement other than ``nncf``: :func:`check_placement`)."""
+    if c.engine == "ort":
+        return
+    for name, value in NNCF_FIXED.items():
+        if getattr(c, name) != value:
+            keep = "remove it" if value in (None, {}, ()) else f"set {name}: {str(value).lower() if isinstance(value, bool) else value}"
+            got = getattr(c, name)
+            shown = "is set" if isinstance(got, (dict, tuple)) else f"{got!r}"
+            raise UnsupportedOptionError(f"{name}: {shown} is not something NNCF's engine can do (it has its own range "
+                                         f"estimator, per-channel symmetric int8 weights, QDQ); {keep}, or set engine: ort")
+    if c.symmetric_weights is False:
+        raise UnsupportedOptionError("symmetric_weights: false is not something NNCF's engine can do (its CPU weights are symmetric); "
+                                     "remove it, or set engine: ort")
+    if c.activation_type not in ("uint8", "int8"):
+        raise UnsupportedOptionError(f"activation_type: {c.activation_type} is not something NNCF's engine can do (8-bit activations only); "
+                                     "set activation_type: uint8 (or int8: NNCF's own types), or set engine: ort")
 
 
 def check_dynamic(c: DynamicQuantConfig) -> None:

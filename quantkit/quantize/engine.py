@@ -30,94 +30,25 @@ import numpy as np
 
 from .._io import atomic_output_dir, sha256_bytes, sha256_file
 from .._overwrite import check_output_dir, check_output_file, set_folder
-from ..artifacts.record import CalibrationRecord, SetRef, TensorScale
-from ..calibset import CalibrationSet, CalibrationSetReader
-from ..errors import CalibrationSetError, ConfigError, ModelError, QuantkitError, TargetSupportError, UnsupportedOptionError
-from ..modelio import check_one_image_batch, load_model, opset_of
+from ..artifacts.record import CalibrationRecord
+from ..calibset import CalibrationSetReader
+from ..errors import CalibrationSetError, ModelError, QuantkitError, TargetSupportError, UnsupportedOptionError
+from ..modelio import check_one_image_batch, opset_of
 from ..note import ExportNote
-from ..versions import tool_versions
 from . import adapter, outputs
 from .calibrate import CalibrationRun, collect_ranges
 from .checkpoint import FILE_KIND as CHECKPOINT_KIND
 from .checkpoint import CheckpointKey
 from .config import DynamicQuantConfig, StaticQuantConfig
+from .files import MODEL_FILE, RECORD_FILE, constants_to_initializers, load_intake
+from .files import finish as _finish
+from .files import load_set as _load_set
+from .files import make_record as _record
+from .files import set_ref
 from .placement import placement_recipe, plan_placement
-from .runtime_check import check_runs, combination_fix
 from .scales import extract_scales
 
 log = logging.getLogger(__name__)
-
-MODEL_FILE = "model_int8.onnx"
-RECORD_FILE = "record.json"
-
-
-def load_intake(intake: str | Path) -> tuple[Path, Any, ExportNote]:
-    """Resolve an intake folder (or a model file) to ``(model_path, ModelProto, ExportNote)``.
-
-    Raises:
-        ModelError: model missing, not ONNX, or without a note.
-    """
-    p = Path(intake)
-    model_path = p / "model.onnx" if p.is_dir() else p
-    if not model_path.is_file():
-        raise ModelError(f"{model_path}: model not found; run 'quantkit intake MODEL --out {p}' first")
-    model = load_model(model_path)
-    sidecar = model_path.parent / "export_note.json"
-    note = ExportNote.load(sidecar) if sidecar.is_file() else ExportNote.from_model(model, path=str(model_path))
-    return model_path, model, note
-
-
-def constants_to_initializers(model: Any) -> int:
-    """Move ``Constant`` nodes with a tensor ``value`` into the initializer list, in place; returns how many."""
-    import onnx
-
-    keep, moved = [], 0
-    for n in model.graph.node:
-        if n.op_type == "Constant" and len(n.attribute) == 1 and n.attribute[0].name == "value":
-            t = onnx.TensorProto()
-            t.CopyFrom(n.attribute[0].t)
-            t.name = n.output[0]
-            model.graph.initializer.append(t)
-            moved += 1
-        else:
-            keep.append(n)
-    if moved:
-        del model.graph.node[:]
-        model.graph.node.extend(keep)
-    return moved
-
-
-def _finish(tmp_model: Path, note: ExportNote, dest: Path, config: Any) -> tuple[Any, bytes]:
-    """Embed the note, write the model to ``dest`` (inside the output's temporary folder) and check the runtime
-    loads and runs it at its deployment level; returns (ModelProto, bytes).
-
-    Raises:
-        TargetSupportError: it cannot; ``dest`` is removed (the caller's output folder is discarded anyway).
-    """
-    import onnx
-
-    q = onnx.load(str(tmp_model))
-    note.embed(q)
-    data = q.SerializeToString()
-    dest.write_bytes(data)
-    try:
-        check_runs(dest, name=dest.name, fix=combination_fix(config))
-    except TargetSupportError:
-        dest.unlink()
-        raise
-    return q, data
-
-
-def _load_set(calibration_set: Any) -> Any:
-    """The calibration set, every image re-hashed: a set whose image was overwritten after registration must
-    not be calibrated under its old set id (the record would then name content it was not calibrated on)."""
-    if calibration_set is None:
-        raise ConfigError("static quantization needs --calibration-set DIR (or use --dynamic)")
-    if isinstance(calibration_set, (str, Path)):
-        return CalibrationSet.load(calibration_set, verify=True)
-    calibration_set.verify()
-    return calibration_set
-
 
 def _exclude_unobserved(model: Any, unobserved: tuple[str, ...], excluded: list[str]) -> list[str]:
     """Names of the nodes that read or write a tensor which held no value on any calibration image (a
@@ -149,7 +80,7 @@ def _static(model: Any, model_path: Path, note: ExportNote, config: StaticQuantC
     op_types, excluded = adapter.resolve_exclusions(config, model, config.format)
     if record is None:
         cset = _load_set(calibration_set)
-        cs_info = SetRef(path=str(cset.root), set_id=cset.set_id, name=cset.name, camera=cset.camera, lighting=cset.lighting, count=cset.count)
+        cs_info = set_ref(cset)
     else:
         cs_info = record.calibration_set
     prepared = type(model)()
@@ -262,17 +193,6 @@ def _recorded_pairs(record: CalibrationRecord) -> dict[str, tuple[float, float]]
     return {t.name: (t.range_min, t.range_max) for t in record.tensors if t.role == "activation" and t.range_min is not None}
 
 
-def _record(tensors: tuple[TensorScale, ...], model_digest: str, qdigest: str, cs_info: SetRef | None, config: Any,
-            opset_before: int, opset_after: int, mode: str, calib: dict[str, Any]) -> CalibrationRecord:
-    set_id = cs_info.set_id if cs_info else None
-    chash = config.config_hash()
-    return CalibrationRecord(
-        fingerprint=CalibrationRecord.compute_fingerprint(tensors, model_digest, set_id, chash), model_digest=model_digest,
-        quantized_model_digest=qdigest, calibration_set=cs_info, config=config.to_dict(), config_hash=chash,
-        opset_before=opset_before, opset_after=opset_after, versions=tool_versions(), tensors=tensors, mode=mode,
-        calibration=calib)
-
-
 def _dynamic(model: Any, model_path: Path, note: ExportNote, config: DynamicQuantConfig, out: Path) -> CalibrationRecord:
     import onnx
 
@@ -319,7 +239,8 @@ def quantize(
     Args:
         intake: ``work/intake`` folder (``model.onnx`` with fixed input shape + ``export_note.json``) or a
             model file carrying an embedded note.
-        config: :class:`StaticQuantConfig` or :class:`DynamicQuantConfig`.
+        config: :class:`StaticQuantConfig` or :class:`DynamicQuantConfig`. A static config with ``engine: nncf`` is
+            quantized by NNCF (:mod:`.nncf_engine`, the ``nncf`` extra): the same two files, no checkpoint.
         out: output folder; gets ``model_int8.onnx`` and ``record.json`` all at once, or nothing.
         calibration_set: set folder or :class:`quantkit.calibset.CalibrationSet` (static only).
         checkpoint: calibration checkpoint file (``.npz``); default ``<out parent>/.<out name>.calib-checkpoint``,
@@ -355,6 +276,16 @@ def quantize(
     if not isinstance(config, StaticQuantConfig):
         raise TypeError(f"config must be StaticQuantConfig or DynamicQuantConfig, not {type(config).__name__}")
     check_one_image_batch(model, note.preprocessing.input_name, model_path, batch_axis=note.preprocessing.batch_axis)
+    if config.engine == "nncf":  # NNCF reads the set itself: no checkpoint
+        from .nncf_engine import quantize_nncf
+
+        if checkpoint is not None:
+            raise UnsupportedOptionError("--checkpoint: NNCF's engine keeps no calibration checkpoint; drop it or set engine: ort")
+
+        with atomic_output_dir(out, command="quantize", inputs=inputs) as tmp:
+            rec = quantize_nncf(model, model_path, note, config, calibration_set, tmp)
+            rec.save(tmp / RECORD_FILE)
+        return rec
     ckpt = checkpoint_path(out, checkpoint)
     check_output_dir(out, "quantize", inputs=inputs)  # these two now, not after calibrating
     check_output_file(ckpt, CHECKPOINT_KIND, inputs=inputs, flag="--checkpoint")  # it is replaced, then removed

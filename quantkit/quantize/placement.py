@@ -64,6 +64,8 @@ class PlacementRecipe:
         symmetric_weights: the recipe needs symmetric weights, zero point 0 (``WeightSymmetric``); None = ORT's default.
         activation_type: the activation type the recipe needs, or None for any.
         output_op_types: op types whose outputs are quantized even when ``quantize_outputs`` is False.
+        engine: the quantization engine that applies the recipe (``quantize.engine``): ``ort`` for the recipes
+            :func:`plan_placement` hands to ONNX Runtime; ``nncf`` for NNCF's own placement, which NNCF decides.
     """
 
     name: str
@@ -74,14 +76,17 @@ class PlacementRecipe:
     symmetric_weights: bool | None = None
     activation_type: str | None = None
     output_op_types: tuple[str, ...] = ()
+    engine: str = "ort"
 
 
 ORT = PlacementRecipe("ort")
 OPENVINO = PlacementRecipe("openvino", op_types=("Conv", "ConvTranspose", "Gemm", "MatMul"), quantize_outputs=False,
                           per_channel_weights=True, symmetric_weights=True, activation_type="uint8", output_op_types=("ConvTranspose",))
 OPENVINO_ELTWISE = dataclasses.replace(OPENVINO, name="openvino-eltwise", paired_eltwise=("Add", "Mul"))
+NNCF = PlacementRecipe("nncf", per_channel_weights=True, symmetric_weights=True, engine="nncf")
+"""NNCF's own placement (its CPU hardware config and fused patterns), decided by ``nncf.quantize``, not by this module."""
 
-PLACEMENTS: dict[str, PlacementRecipe] = {r.name: r for r in (ORT, OPENVINO, OPENVINO_ELTWISE)}
+PLACEMENTS: dict[str, PlacementRecipe] = {r.name: r for r in (ORT, OPENVINO, OPENVINO_ELTWISE, NNCF)}
 """Recipes by name; :func:`register_placement` adds one (a benchmark's variant, a user's own)."""
 
 
@@ -173,6 +178,8 @@ def plan_placement(recipe: PlacementRecipe, model: Any, op_types: Iterable[str],
         op_types: the op types the config allows (``resolve_exclusions``: ORT's registries minus ``op_types_to_exclude``).
         nodes_to_exclude: the nodes the config keeps in float.
     """
+    if recipe.engine != "ort":
+        raise ConfigError(f"placement {recipe.name!r} is applied by engine {recipe.engine}, not by ONNX Runtime's quantizer; set engine: {recipe.engine}")
     allowed = set(op_types)
     excluded = list(nodes_to_exclude)
     if not recipe.op_types and not recipe.paired_eltwise:
@@ -197,5 +204,5 @@ def plan_placement(recipe: PlacementRecipe, model: Any, op_types: Iterable[str],
     return PlacementPlan(tuple(quantized), tuple(sorted(set(excluded))), no_out)
 
 
-__all__ = ["ACTIVATION_OPS", "OPENVINO", "OPENVINO_ELTWISE", "ORT", "PLACEMENTS", "PlacementPlan", "PlacementRecipe", "is_paired_eltwise", "placement_recipe",
+__all__ = ["ACTIVATION_OPS", "NNCF", "OPENVINO", "OPENVINO_ELTWISE", "ORT", "PLACEMENTS", "PlacementPlan", "PlacementRecipe", "is_paired_eltwise", "placement_recipe",
            "plan_placement", "register_placement"]

@@ -33,6 +33,9 @@ def static_record_and_intake(record: CalibrationRecord | str | Path, intake: str
     rec = record if isinstance(record, CalibrationRecord) else CalibrationRecord.load(record)
     if rec.mode != "static":
         raise ConfigError(f"record {rec.fingerprint[:12]}: only a static record's ranges can be {use} (this one is {rec.mode})")
+    if rec.config.get("engine", "ort") != "ort":
+        raise ConfigError(f"record {rec.fingerprint[:12]}: written by engine {rec.config['engine']}, which keeps no calibrated ranges, so they "
+                          f"cannot be {use}; quantize again with that engine")
     model_path, model, note = load_intake(intake)
     digest = sha256_file(model_path)
     if digest != rec.model_digest:
@@ -78,6 +81,8 @@ def quantize_with_ranges(record: CalibrationRecord | str | Path, intake: str | P
     Raises:
         ConfigError: a dynamic record, or a calibration field that differs. ModelError: another float model.
     """
+    if config.engine != "ort":
+        raise ConfigError(f"engine: {config.engine} estimates its ranges itself; --ranges-from reuses ORT's calibration: set engine: ort")
     rec, model_path, model, note = static_record_and_intake(record, intake, "reused for another placement")
     theirs = StaticQuantConfig.from_dict(rec.config)
     for f in CALIBRATION_FIELDS:

@@ -5,7 +5,8 @@ Modules: :mod:`.config` (:class:`FallbackConfig`, params ``fallback``), :mod:`.m
 :func:`agreement_metric`), :mod:`.graph` (node names, islands, Q/DQ transitions), :mod:`.search` (search
 strategies as plain functions), :mod:`.candidates` (build and score candidates on cached FP32 outputs),
 :mod:`quantkit.runtimes.latency` (interleaved timing per runtime and thread count), :mod:`quantkit.artifacts.fallback` (``fallback.json``),
-:mod:`.run` (:func:`precision_fallback`). Imported lazily: reading a result loads no runtime.
+:mod:`.run` (:func:`precision_fallback`), :mod:`.accuracy_control` (:func:`nncf_accuracy_control`: NNCF's accuracy
+control as a peer, ``quantize.engine: nncf``). Imported lazily: reading a result loads no runtime.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ _WHERE = {
     "FallbackConfig": "config", "FallbackResult": _RESULT, "KeptNode": _RESULT, "LatencyRow": _RESULT, "Round": _RESULT,
     "RecoveryStep": _RESULT, "LatencyConfig": _LATENCY, "measure_latency": _LATENCY, "interleaved_latency": _LATENCY,
     "Metric": "metric", "agreement_metric": "metric", "pixel_iou": "metric", "decision_f1": "metric", "task_metric": "metric",
-    "precision_fallback": "run", "rank_sensitivity": "search",
+    "precision_fallback": "run", "rank_sensitivity": "search", "nncf_accuracy_control": "accuracy_control",
 }
 
 __all__ = sorted(_WHERE)

@@ -43,6 +43,9 @@ def _base(intake: Path, model: Any, model_path: Path, note: Any, digest: str, wo
         rec = CalibrationRecord.load(folder)
         if rec.mode != "static":
             raise ConfigError(f"{folder}: the base must be statically quantized (its record is {rec.mode}); run 'quantkit quantize --calibration-set'")
+        if rec.config.get("engine", "ort") != "ort":
+            raise ConfigError(f"{folder}: quantized by engine {rec.config['engine']}, whose ranges are not recorded; its fallback is "
+                              "NNCF's accuracy control: quantkit fallback --engine nncf --calibration-set DIR (no --base)")
         if rec.model_digest != digest:
             raise ModelError(f"{folder}/record.json: quantized from a float model with digest {rec.model_digest[:12]}, not {intake} "
                              f"({digest[:12]}); quantize {intake} again")
