@@ -1,6 +1,7 @@
-"""Every risky pattern, bundled and verified on every installed runtime: where the runtime disagrees with ONNX's
-reference evaluator on the bundle's golden inputs, verify fails on that runtime and names the first diverging tensor;
-where it agrees, verify passes."""
+"""Every risky pattern, bundled and verified on every installed runtime: where the runtime is more than the tolerance
+off ONNX's reference evaluator on the bundle's golden inputs, verify fails on that runtime and names the first diverging
+tensor; where it agrees, or only a share of its codes differ from the simulation's by one (a pattern's second criterion,
+which a model's outputs are not judged by), verify passes."""
 
 from __future__ import annotations
 
@@ -26,14 +27,16 @@ def test_pattern_bundle_verifies_exactly_where_the_runtime_agrees(pattern, tmp_p
     report = verify_bundle(res.path, VerifyConfig(runtimes=("all",), latency_repeats=0))
     inputs = _golden_inputs(res.path)
     for v in (v for v in runtime_variants() if v.deployment):
-        verdicts = {run_pattern(pattern, v, feed={"x": x}).verdict for x in inputs}
+        results = [run_pattern(pattern, v, feed={"x": x}) for x in inputs]
+        verdicts = {r.verdict for r in results}
+        beyond = any(r.verdict == "disagree" and r.max_steps > 1.001 for r in results)
         failed = [c for c in report.checks if c.runtime == v.runtime and c.status == "fail"]
         run = next(r for r in report.runs if r.runtime == v.runtime)
-        if verdicts == {"agree"}:
-            assert not failed and run.ok, (v.label, failed)
-        elif "refused" in verdicts:
+        if "refused" in verdicts:
             assert failed and failed[0].kind in ("support", "runtime"), (v.label, failed)
-        else:  # disagrees on at least one golden input: fails, and the cut models name the first diverging tensor
+        elif not beyond:  # agrees, or only its codes differ from the simulation's by one: the outputs are within the tolerance
+            assert not failed and run.ok, (v.label, failed)
+        else:  # beyond the tolerance on at least one golden input: fails, and localisation names the first diverging tensor
             assert any(c.kind == "output" for c in failed), (v.label, failed)
             assert run.divergence is not None and run.divergence.tensor in quantized_tensors(case.model), (v.label, report.checks)
             assert run.divergence.confirmed and any(c.kind == "layer" and run.divergence.tensor in c.detail for c in failed)

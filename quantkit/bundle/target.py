@@ -14,9 +14,10 @@ deployment settings (ORT level ``all``; OpenVINO f32, pinned and recorded):
 * ``patterns``: the risky patterns the model uses (:mod:`quantkit.patterns`), each run on this runtime on this
   machine, where the golden outputs are checked: one the runtime gets wrong here is a warning naming the nodes, the
   CPU and the fix (e.g. ``saturation_u8s8`` on x86 without VNNI); so is one it got wrong on the building machine;
-* ``layer`` (after an output or decision failure): :func:`quantkit.runtimes.localize.localize` cuts the model and
-  names the first tensor and op where the runtime diverges from the golden activations, then confirms it on the
-  unmodified model's outputs.
+* ``layer`` (after an output or decision failure): :func:`quantkit.runtimes.localize.localize` names the first node
+  whose output codes differ on their own (each node fed ONNX Runtime's QDQ simulation of its inputs, run here on the
+  bundle's model and checked against the golden activations first), else, cutting the model, the first tensor
+  where the runtime diverges from the golden activations; then confirms it on the unmodified model's outputs.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from ..errors import ModelError
 from ..progress import progress
 from ..runtimes import RuntimeInfo, deployment_options, make_runtime, runtime_class
 from ..tasks import make_adapter
-from ..runtimes.localize import Divergence, StoredReference, bound_target, compare_tensor, localize
+from ..runtimes.divergence import compare_tensor
+from ..runtimes.localize import Divergence, RuntimeReference, StoredReference, bound_target, localize
 from ..runtimes.precision import PrecisionSummary, integer_share
 from .archive import ExtractedBundle
 from .decisions import agreement, decide, pooled
@@ -214,7 +216,8 @@ PATTERN_FIXES = {
                   "saturate; quantize with reduce_range: true (7-bit weights) or weight_type: uint8 (U8U8), or deploy on a CPU "
                   "with VNNI (ONNX Runtime docs, 'Quantize ONNX models': U8S8 saturation on AVX2/AVX-512 without VNNI; "
                   "int8 activations take the same path and do not help)",
-    "resize": "the runtime rounds this Resize's coordinates differently; compare its outputs before trusting thresholds near it",
+    "resize": "the runtime computes this Resize differently (coordinates, or interpolated values on or near half a step rounded "
+              "the other way); run 'quantkit compare' on the model before trusting thresholds downstream of it",
     "concat_scales": "the runtime requantizes the Concat inputs to one scale; give them one range (quantize's "
                      "tensor_overrides) or keep the Concat in float (fallback)",
     "elementwise": "the runtime's integer kernel rounds differently from the QDQ simulation; keep the node in float "
@@ -290,8 +293,10 @@ def _localize(runtime: str, opts: dict[str, Any], ex: ExtractedBundle, man: Bund
             stored[o.name] = (ref, None)
             tolerance[o.name] = steps * o.scale if o.scale else o.atol
     cands = [a.name for a in man.activations] + [o.name for o in man.outputs]
+    qsteps = {a.name: a.scale for a in man.activations if a.scale} | {o.name: o.scale for o in man.outputs if o.scale}
+    simulation = RuntimeReference(model, feed, "onnxruntime", graph_optimization_level="disable")  # whole tensors for the nodes on their own
     div = localize(model, feed, bound_target(runtime, feed, **opts), StoredReference(stored), tolerance=tolerance, max_mismatch=max_mismatch,
-                   candidates=cands)
+                   candidates=cands, steps=qsteps, simulation=simulation)
     if div is None:
         add("layer", f"{runtime} {sid}", "warn", "no recorded activation or output diverges when cut; the difference arises only in the full compiled model")
     else:

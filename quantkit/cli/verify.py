@@ -16,8 +16,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Safely unpack BUNDLE, check every digest and the thresholds' binding, then on each runtime (at its deployment "
             "settings: ORT level all, OpenVINO f32 pinned) check that it loads and runs the model, run the golden inputs and "
             "compare with the golden outputs (QDQ simulation) per output tensor and, through the task adapter, per decision; "
-            "report the share of Conv/MatMul work it ran in int8/uint8 and the latency. On a failure, cut the model to name "
-            "the first diverging tensor and its op. Prints a pass/fail table and, last, whether to deploy: the decisions agreeing "
+            "report the share of Conv/MatMul work it ran in int8/uint8 and the latency. On a failure, name the first node whose "
+            "output codes differ from the simulation's on its own (fed the simulation's inputs), else cut the model to name the "
+            "first diverging tensor and its op. Prints a pass/fail table and, last, whether to deploy: the decisions agreeing "
             "with FP32's within the interval bound with the thresholds make the bundle deployable, and numbers that differ from "
             "the simulation are then a warning. Exit 0 when deployable, 4 when not, 5 when the target lacks an operator."
         ),

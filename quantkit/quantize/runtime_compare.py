@@ -12,8 +12,10 @@ Per graph output (always, every output): SQNR and cosine against FP32, and again
 ``max_steps`` (worst element in quantization steps of the output) and ``mismatch`` (share of elements more than
 ``tolerance_steps`` steps off). Intermediate tensors are observed on FP32 and the simulation only: exposing them
 on a fusing runtime changes what it compiles. Where a runtime's outputs part from the simulation (``mismatch >
-max_mismatch``), :func:`quantkit.runtimes.localize.localize` cuts the graph and names the first tensor and op
-where they part, on the input where they part most.
+max_mismatch``), :func:`quantkit.runtimes.localize.localize` names, on the input where they part most, the first
+node whose output codes differ from the simulation's when fed the simulation's inputs (more than
+:data:`quantkit.runtimes.divergence.MAX_CODE_SHARE` of them, even by one code, or beyond the tolerance), before
+the consumer that amplifies them; else, cutting the graph, the first tensor where they part.
 
 The output's quantization step is the scale of the DequantizeLinear producing it; for a float output (no
 DequantizeLinear) one 8-bit step of the simulation's output range, ``(max - min) / 255``, is used.
@@ -137,7 +139,7 @@ def compare_runtimes(fp32_model: Any, quant_model: Any, batches: Iterable[dict[s
         fp32_model / quant_model: ``onnx.ModelProto`` (the FP32 intake model and its quantized model).
         runtimes: runtime names (default every installed one) run at their deployment settings.
         tolerance_steps / max_mismatch: when a runtime's output "parts" from the simulation (module docstring).
-        localize_parts: cut the graph to name the first tensor where a parting runtime diverges.
+        localize_parts: name the first node where a parting runtime diverges (module docstring).
 
     Raises:
         ModelError: ONNX Runtime refuses the FP32 model or the simulation. A deployment runtime that refuses the INT8
