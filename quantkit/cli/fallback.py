@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         from .quantize import build_config as quantize_config
 
         qconfig = quantize_config(argparse.Namespace(params=args.params, section=args.quantize_section, dynamic=False, method=None,
-                                                     chunk_size=None, max_images=None, placement=None))
+                                                     chunk_size=None, max_images=None, placement=None, target=None))
     if not sys.stderr.isatty():  # no progress bar: one log line per round instead
         logging.getLogger("quantkit.quantize.fallback").setLevel(logging.INFO)
     r = precision_fallback(args.intake, config, reference_sets=args.reference_set, out=args.out, base=args.base, quantize_config=qconfig,
