@@ -60,11 +60,43 @@ def test_fallback_cli_meets_target_and_reports_each_set(env, tmp_path, capsys):
     assert rc == (0 if saved["met"] else 1) and saved["target"] == 0.999 and saved["metric"] == "pixel_iou(thresh=0.5)"
     assert f"-> {saved['metric_after']:.4f}" in out and "  a " in out and "  b " in out and "latency onnxruntime 1 thread" in out
     assert set(saved["metric_after_per_set"]) == {"a", "b"} and (tmp_path / "fb" / "model_int8.onnx").is_file()
+    assert "on held-out images" in out and "3 search + 3 held-out images of a, 2 search + 2 held-out images of b" in out
+    assert [(f["name"], f["search_images"], len(f["heldout_files"])) for f in saved["figures"]] == [("a", 3, 3), ("b", 2, 2)]
     # from that output as a base: its ranges are reused, no calibration set needed
     rc = main(["fallback", str(intake), "--base", str(tmp_path / "fb"), "--reference-set", str(a), "--params", str(params),
                "--out", str(tmp_path / "fb2"), "--json"])
     again = json.loads(capsys.readouterr().out)
     assert rc == 0 and again["base_record_fingerprint"] == saved["record_fingerprint"]
+
+
+@pytest.mark.parametrize("fail_if_missed, rc", [(True, 1), (False, 0)])
+def test_fallback_cli_says_plainly_when_the_held_out_figure_misses(env, tmp_path, capsys, monkeypatch, fail_if_missed, rc):
+    """The search met the target on its images and the held-out images miss it: the output says so in words, the
+    written fallback.json says met false, and the command fails unless fallback.fail_if_missed is false."""
+    import dataclasses
+
+    import quantkit.quantize.fallback as fb
+    from quantkit.artifacts import FallbackResult
+
+    root, intake, a, b = env
+    params = tmp_path / "params.yaml"
+    params.write_text(f"fallback: {{target: 0.5, fail_if_missed: {str(fail_if_missed).lower()}, latency: {{threads: [1], repeats: 3, warmup: 0}}}}\n"
+                      "task:\n  adapter: db_text\n  options: {thresh: 0.5}\nquantize: {method: minmax}\n")
+    real = fb.precision_fallback
+
+    def missed(*args, **kw):  # the real run, its held-out figure then taken as below the target
+        r = real(*args, **kw)
+        worse = dataclasses.replace(r, met=False, met_on_search=True, metric_after=0.4, metric_after_per_set={"a": 0.4},
+                                    figures=tuple(dataclasses.replace(f, heldout=0.4) for f in r.figures))
+        worse.save(kw["out"])
+        return worse
+
+    monkeypatch.setattr(fb, "precision_fallback", missed)
+    assert main(["fallback", str(intake), "--calibration-set", str(a), "--reference-set", str(a), "--params", str(params),
+                 "--out", str(tmp_path / "fb")]) == rc
+    out = capsys.readouterr().out
+    assert "target 0.5: NOT met" in out and "target NOT met on the held-out images: 0.4000 < 0.5, although the search images gave" in out
+    assert "the search's own figure was optimistic" in out and FallbackResult.load(tmp_path / "fb").met is False
 
 
 def test_fallback_cli_bad_target(env, tmp_path, capsys):

@@ -40,9 +40,11 @@ def env(tmp_path_factory):
 @pytest.mark.parametrize("strategy, target", [("int16", 0.988), ("float", 0.999)])
 def test_sqnr_search_reaches_target_and_reports(env, tmp_path, strategy, target):
     root, intake, cset = env
-    r = precision_fallback(intake, _cfg(target=target, strategy=strategy, search="sqnr", step=1, max_kept=4), reference_sets=[cset],
+    # holdout 0: no split, the figures are the search's own (4 images); labelled in-sample
+    r = precision_fallback(intake, _cfg(target=target, strategy=strategy, search="sqnr", step=1, max_kept=4, holdout=0), reference_sets=[cset],
                            out=tmp_path / "fb", base=root / "base", metric=_rel_err_score)
-    assert r.metric_before < target <= r.metric_after and r.met
+    assert r.metric_before < target <= r.metric_after and r.met and r.met_on_search
+    assert r.heldout_images == 0 and [(f.search_images, f.heldout, f.ci) for f in r.figures] == [(4, None, None)]  # no counts: no interval
     assert 1 <= len(r.kept) <= 4 and [x.kept for x in r.rounds] == list(range(len(r.kept) + 1))
     assert [row.threads for row in r.latency] == [1] and r.latency[0].fp32_ms > 0 and r.latency[0].candidate_ms > 0
     rec = CalibrationRecord.load(tmp_path / "fb")
@@ -60,7 +62,9 @@ def test_bisect_keeps_a_window_that_meets_the_worst_reference_set(env, tmp_path,
     other = make_set(root / f"set2-{strategy}", 3, size=24, name="other", seed=1)
     r = precision_fallback(intake, _cfg(target=target, strategy=strategy), reference_sets=[cset, other], out=tmp_path / "fb",
                            base=root / "base", metric=_rel_err_score)
-    assert r.search == "bisect" and r.met and r.metric_before < target <= r.metric_after
+    # the search met the target on its images (2 + 1); the written figure is the held-out one (2 + 2 images: halves round up)
+    assert r.search == "bisect" and r.met_on_search and r.rounds[0].metric < target <= min(f.search for f in r.figures)
+    assert [(f.search_images, f.heldout_images) for f in r.figures] == [(2, 2), (1, 2)] and r.met == (r.metric_after >= target)
     assert set(r.metric_after_per_set) == {"test-set", "other"} and r.metric_after == min(r.metric_after_per_set.values())
     assert r.metric_before == min(r.metric_before_per_set.values())
     nodes = [n.name for n in onnx.load(str(intake / "model.onnx")).graph.node]
@@ -75,7 +79,7 @@ def test_bisect_keeps_a_window_that_meets_the_worst_reference_set(env, tmp_path,
         assert not full or (full == [r.rounds[-1]] and len(r.kept) == len(nodes))
         assert set(CalibrationRecord.load(tmp_path / "fb").config["nodes_to_exclude"]) == set(r.kept_names)
     saved = json.loads((tmp_path / "fb" / "fallback.json").read_text())
-    assert saved["window"] == [j, k] and saved["metric_after_per_set"] == r.metric_after_per_set and saved["schema_version"] == 2
+    assert saved["window"] == [j, k] and saved["metric_after_per_set"] == r.metric_after_per_set and saved["schema_version"] == 3
 
 
 def test_prune_zero_keeps_the_window_whole(env, tmp_path):
@@ -91,7 +95,8 @@ def test_unreachable_target_keeps_the_best_candidate(env, tmp_path):
     # int16 activations cannot lift the int8 weights' error: 0.9999 is out of reach on this model
     r = precision_fallback(intake, _cfg(target=0.9999, strategy="int16"), reference_sets=[cset], out=tmp_path / "fb",
                            base=root / "base", metric=_rel_err_score)
-    assert not r.met and r.metric_after == max(x.metric for x in r.rounds if x.complete)
+    assert not r.met and not r.met_on_search  # no candidate met it on the search images, nor on the held-out ones
+    assert min(f.search for f in r.figures) == pytest.approx(max(x.metric for x in r.rounds if x.complete), abs=1e-6)
     assert CalibrationRecord.load(tmp_path / "fb").fingerprint == r.record_fingerprint
 
 
@@ -109,7 +114,8 @@ def test_early_stop_reads_fewer_images_and_never_passes_a_miss(env, tmp_path):
     fast = precision_fallback(intake, _cfg(target=0.999, early_stop=True), out=tmp_path / "a", **kw)
     slow = precision_fallback(intake, _cfg(target=0.999, early_stop=False), out=tmp_path / "b", **kw)
     assert [x.met for x in fast.rounds] == [x.met for x in slow.rounds] and fast.kept == slow.kept
-    assert sum(x.images for x in fast.rounds) < sum(x.images for x in slow.rounds) == len(slow.rounds) * 12
+    searched = sum(f.search_images for f in slow.figures)  # 2 of 4 and 4 of 8: the held-out images are never searched on
+    assert searched == 6 and sum(x.images for x in fast.rounds) < sum(x.images for x in slow.rounds) == len(slow.rounds) * searched
     for f, s in zip(fast.rounds, slow.rounds):  # a stopped round's bound is never below the true worst metric
         assert f.complete or f.metric >= s.metric - 1e-12
 

@@ -1,5 +1,6 @@
-"""``fallback.json``: what the precision fallback kept in float and why, the metric per reference set, every
-round it measured, and the latency of the result against FP32 (and the deployed model) per runtime.
+"""``fallback.json``: what the precision fallback kept in float and why, the metric per reference set (on
+held-out images the search never saw, with its interval), every round it measured, and the latency of the result
+against FP32 (and the deployed model) per runtime.
 
 Imports no runtime and no quantization engine: a report can read it cheaply.
 """
@@ -19,10 +20,13 @@ class Round(Config):
     """One measured candidate.
 
     ``kept``: promoted units (nodes; activations for the sqnr search); ``window`` / ``pruned``: bisection
-    window ``[j, k)`` and the block tried without promotion (indices in graph order); ``metric``: the worst
-    set's value, or, when the round stopped early (``complete`` false), the bound that proved it misses
-    the target; ``worst_set``: that set; ``per_set``: sets evaluated to the end; ``transitions``: Q/DQ
-    edges between promoted and 8-bit nodes; ``seconds``: wall time of the round (build + evaluate).
+    window ``[j, k)`` and the block tried without promotion (indices in graph order); ``family``: the window's
+    kind (``prefix``, ``suffix`` (it ends at the last node: the head), ``island``; empty for the sqnr search
+    and round 0); ``metric``: the worst set's value on the search images, or, when the round stopped early
+    (``complete`` false), the bound that proved it misses the target; ``worst_set``: that set; ``per_set``: sets
+    evaluated to the end; ``transitions``: Q/DQ edges between promoted and 8-bit nodes; ``seconds``: wall time
+    of the round (build + evaluate); ``latency_vs_fp32``: with ``pick: latency``, the candidate's median over
+    FP32's, averaged over runtimes and thread counts (timed interleaved), for the candidates weighed.
     """
 
     VERSIONED: ClassVar[bool] = False
@@ -39,6 +43,8 @@ class Round(Config):
     transitions: int = 0
     images: int = 0
     seconds: float = 0.0
+    family: str = ""
+    latency_vs_fp32: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +85,8 @@ class LatencyRow(Config):
 @dataclasses.dataclass(frozen=True)
 class RecoveryStep(Config):
     """One accuracy-recovery technique applied before the search (:mod:`quantkit.quantize.recovery`):
-    ``name``, what it changed (``detail``), and the worst-set metric of the all-8-bit model before and after it."""
+    ``name``, what it changed (``detail``), and the worst-set metric of the all-8-bit model before and after it, on the
+    search images (a step that lowered it is undone: a choice, so never made on the held-out images)."""
 
     VERSIONED: ClassVar[bool] = False
 
@@ -90,12 +97,37 @@ class RecoveryStep(Config):
 
 
 @dataclasses.dataclass(frozen=True)
+class SetFigure(Config):
+    """One reference set's figures for the written model. Its images are split (seeded, by content:
+    :mod:`quantkit.quantize.fallback.holdout`) into ``search_images`` the search measured candidates on and
+    ``heldout_images`` it never saw (``heldout_files``: their manifest paths). ``search``: the metric on the search
+    images (in-sample: the search chose the model on them, so it is optimistic); ``heldout``: on the held-out
+    images (None without a split), ``ci`` its interval at the result's ``confidence`` (bootstrap over the held-out
+    images; None when the metric gives no per-image counts or there is no split)."""
+
+    VERSIONED: ClassVar[bool] = False
+
+    name: str
+    search_images: int
+    heldout_images: int
+    search: float
+    heldout: float | None = None
+    ci: tuple[float, float] | None = None
+    heldout_files: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class FallbackResult(Artifact):
     """The ``fallback.json`` artifact (written by :func:`quantkit.quantize.fallback.precision_fallback`).
 
     Metrics: ``metric`` names the agreement metric (higher is better); ``metric_before`` / ``metric_after``
-    are the worst over ``reference_sets`` of the all-8-bit model (after recovery) and of the written model;
-    ``*_per_set`` give each set. ``met``: ``metric_after >= target``. ``kept``: promoted nodes in graph
+    are the worst over ``reference_sets`` of the all-8-bit model (after recovery) and of the written model, on
+    the held-out images of each set (``holdout`` > 0; with ``holdout`` 0, on every image, in-sample);
+    ``*_per_set`` give each set; ``metric_after_ci``: the worst set's interval at ``confidence``. ``met``:
+    ``metric_after >= target`` (the held-out figure decides); ``met_on_search``: the written model met the target
+    on the search images (true and ``met`` false: the search's choice did not hold on images it had not seen).
+    ``figures``: per set, the split and both figures (:class:`SetFigure`); ``seed``: the split's and the
+    bootstrap's. ``window_kind``: ``prefix``, ``suffix`` or ``island`` (the written window's). ``kept``: promoted nodes in graph
     order with their reasons; ``islands``: their maximal runs ``[start, end)`` in graph order;
     ``transitions``: Q/DQ edges between promoted and 8-bit nodes. ``latency``: one row per runtime and
     thread count; ``slower_than_fp32``: ``"<runtime>@<threads>"`` wherever the written model is not faster
@@ -106,7 +138,7 @@ class FallbackResult(Artifact):
     KIND: ClassVar[str] = "fallback result"
     FILENAME: ClassVar[str] = "fallback.json"
     PRODUCER: ClassVar[str] = "quantkit fallback"
-    SCHEMA_VERSION: ClassVar[int] = 2
+    SCHEMA_VERSION: ClassVar[int] = 3
 
     met: bool
     target: float
@@ -131,14 +163,39 @@ class FallbackResult(Artifact):
     recovery: tuple[RecoveryStep, ...] = ()
     renamed_nodes: int = 0
     seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+    holdout: float = 0.0
+    seed: int = 0
+    confidence: float = 0.95
+    metric_after_ci: tuple[float, float] | None = None
+    met_on_search: bool = False
+    figures: tuple[SetFigure, ...] = ()
+    window_kind: str | None = None
+
+    @classmethod
+    def migrate(cls, data: dict[str, Any], version: Any, path: Any) -> dict[str, Any]:
+        """Schema 2: no held-out split; its figures were measured on the images the search ran on, so it reads as
+        ``holdout: 0`` (in-sample) with ``met_on_search`` equal to ``met``."""
+        if version != 2:
+            return super().migrate(data, version, path)
+        return {**data, "schema_version": cls.SCHEMA_VERSION, "holdout": 0.0, "met_on_search": bool(data.get("met"))}
+
+    @property
+    def heldout_images(self) -> int:
+        """Held-out images over every set (0: the figures are in-sample)."""
+        return sum(f.heldout_images for f in self.figures)
+
+    def split_words(self) -> str:
+        """``"6 search + 6 held-out images of cam1-day, ..."`` (one phrase per set)."""
+        return ", ".join(f"{f.search_images} search + {f.heldout_images} held-out images of {f.name}" for f in self.figures)
 
     @property
     def kept_names(self) -> tuple[str, ...]:
         return tuple(k.name for k in self.kept)
 
     def __repr__(self) -> str:
+        where = "held-out" if self.heldout_images else "in-sample"
         return (f"FallbackResult({self.search}/{self.strategy}: kept={len(self.kept)}, {self.metric} {self.metric_before:.3f} -> "
-                f"{self.metric_after:.3f}, target {self.target}, met={self.met}, rounds={len(self.rounds)})")
+                f"{self.metric_after:.3f} {where}, target {self.target}, met={self.met}, rounds={len(self.rounds)})")
 
 
-__all__ = ["FallbackResult", "KeptNode", "LatencyRow", "RecoveryStep", "Round"]
+__all__ = ["FallbackResult", "KeptNode", "LatencyRow", "RecoveryStep", "Round", "SetFigure"]

@@ -15,11 +15,15 @@ HELP = "precision fallback: promote the fewest nodes until agreement with FP32 r
 OVERRIDES: dict[str, tuple[str, Any, str]] = {
     "target": ("--target", float, "agreement with FP32 the worst reference set must reach, in (0, 1]"),
     "strategy": ("--strategy", str, "float: promoted nodes stay float; int16: their activations get 16 bits"),
-    "search": ("--search", str, "bisect: task-metric bisection over the node order; sqnr: local-SQNR ranking"),
+    "search": ("--search", str, "bisect: task-metric bisection of prefix, suffix (head) and island windows of the node order; "
+                                "sqnr: local-SQNR ranking"),
+    "pick": ("--pick", str, "cost: the candidate with the fewest float nodes and Q/DQ edges; latency: the fastest, timed (needs timings)"),
     "prune": ("--prune", int, "bisect: blocks of the window tried back in 8 bits (0: off)"),
     "max_kept": ("--max-kept", int, "most nodes (bisect) / activations (sqnr) promoted"),
     "max_reference_images": ("--max-reference-images", int, "use the first N images of each reference set"),
+    "holdout": ("--holdout", float, "share of each reference set held out of the search; the written figure is measured on it (0: in-sample)"),
 }
+CHOICES = {"strategy": ["float", "int16"], "search": ["bisect", "sqnr"], "pick": ["cost", "latency"]}
 
 
 def register(subparsers: Any) -> None:
@@ -40,7 +44,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--engine", choices=["ort", "nncf"], help="override quantize.engine (without --base); nncf: NNCF's "
                    "quantize_with_accuracy_control chooses what returns to float (max drop 1 - target), the nncf extra")
     for field, (flag, typ, text) in OVERRIDES.items():
-        kw: dict[str, Any] = {"choices": ["float", "int16"]} if field == "strategy" else {"choices": ["bisect", "sqnr"]} if field == "search" else {}
+        kw: dict[str, Any] = {"choices": CHOICES[field]} if field in CHOICES else {}
         p.add_argument(flag, dest=field, type=typ, default=None, help=text + " (overrides the params value)", **kw)
     p.add_argument("--out", required=True, metavar="DIR", help="output folder: model_int8.onnx, record.json, fallback.json (written whole or not at all)")
     p.add_argument("--json", action="store_true", help="print fallback.json")
@@ -97,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         from .quantize import build_config as quantize_config
 
         qconfig = quantize_config(argparse.Namespace(params=args.params, section=args.quantize_section, dynamic=False, method=None,
-                                                     chunk_size=None, max_images=None, placement=None, engine=args.engine))
+                                                     chunk_size=None, max_images=None, placement=None, target=None, engine=args.engine))
     elif args.engine is not None:
         raise ConfigError("--engine applies when fallback quantizes (--calibration-set); drop it, or drop --base")
     if not sys.stderr.isatty():  # no progress bar: one log line per round instead
@@ -110,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         r = precision_fallback(args.intake, config, reference_sets=args.reference_set, out=args.out, base=args.base, quantize_config=qconfig,
                                calibration_set=args.calibration_set, metric=_metric(args), deployed=args.deployed)
-    ok = r.met and not (config.fail_if_slower and r.slower_than_fp32)
+    ok = (r.met or not config.fail_if_missed) and not (config.fail_if_slower and r.slower_than_fp32)
     if args.json:
         print(json.dumps(r.to_dict(), indent=2, sort_keys=True))
         return 0 if ok else 1
@@ -118,13 +122,31 @@ def run(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def _interval(ci: Any, confidence: float) -> str:
+    return f" ({100 * confidence:.0f}% interval {ci[0]:.4f} to {ci[1]:.4f})" if ci is not None else ""
+
+
 def render(r: Any, out: str) -> str:
     """The human summary of a :class:`~quantkit.quantize.fallback.FallbackResult`."""
-    lines = [f"wrote {out}/model_int8.onnx, record.json and fallback.json ({r.search}, {r.strategy})",
-             f"{r.metric} vs FP32, worst reference set: {r.metric_before:.4f} -> {r.metric_after:.4f}, target {r.target}: "
-             f"{'met' if r.met else 'NOT met'} after {len(r.rounds)} rounds"
+    held = r.heldout_images > 0
+    where = "held-out images" if held else "every image, in-sample"
+    lines = [f"wrote {out}/model_int8.onnx, record.json and fallback.json ({r.search}, {r.strategy}"
+             + (f", {r.window_kind} window" if r.window_kind else "") + ")",
+             f"{r.metric} vs FP32, worst reference set, on {where}: {r.metric_before:.4f} -> {r.metric_after:.4f}"
+             f"{_interval(r.metric_after_ci, r.confidence)}, target {r.target}: {'met' if r.met else 'NOT met'} after {len(r.rounds)} rounds"
              + (f" ({r.seconds['search']:.0f} s search)" if 'search' in r.seconds else "")]
-    lines += [f"  {name:<24} {before:.4f} -> {r.metric_after_per_set.get(name, float('nan')):.4f}" for name, before in r.metric_before_per_set.items()]
+    if held:
+        lines.append(f"split (fallback.holdout {r.holdout}, seed {r.seed}): {r.split_words()}; the search measured candidates "
+                     "on the search images only")
+    else:
+        lines.append("no held-out images (fallback.holdout 0): these figures are measured on the images the search chose on, so they "
+                     "are optimistic")
+    figs = {f.name: f for f in r.figures}
+    for name, before in r.metric_before_per_set.items():
+        f = figs.get(name)
+        extra = (f"{_interval(f.ci, r.confidence)}; {f.search:.4f} on the {f.search_images} search images" if f is not None and held
+                 else _interval(f.ci, r.confidence) if f is not None else "")
+        lines.append(f"  {name:<24} {before:.4f} -> {r.metric_after_per_set.get(name, float('nan')):.4f}{extra}")
     for s in r.recovery:
         lines.append(f"recovery {s.name}: {', '.join(f'{k} {v}' for k, v in s.detail.items() if not isinstance(v, (list, dict)))}"
                      + (f"; metric {s.metric_before:.4f} -> {s.metric_after:.4f}" if s.metric_before is not None and s.metric_after is not None else ""))
@@ -138,7 +160,11 @@ def render(r: Any, out: str) -> str:
                      f"({row.speedup_vs_fp32:.2f}x FP32){dep}")
     for where in r.slower_than_fp32:
         lines.append(f"warning: the result is not faster than FP32 on {where}")
-    if not r.met:
-        lines.append("target not met (exit 1): the candidate with the highest metric was written; try a calibration set covering every "
-                     "condition ('quantkit calibset compose'), recovery options, or a lower target")
+    if not r.met and r.met_on_search:
+        lines.append(f"target NOT met on the held-out images: {r.metric_after:.4f} < {r.target}, although the search images gave "
+                     f"{min(f.search for f in r.figures):.4f}; the search's own figure was optimistic. The model was written; "
+                     "try more reference images, a calibration set covering every condition, or a lower target")
+    elif not r.met:
+        lines.append("target NOT met: no candidate reached it on the search images; the one with the highest metric was written; "
+                     "try a calibration set covering every condition ('quantkit calibset compose'), recovery options, or a lower target")
     return "\n".join(lines) + "\n"

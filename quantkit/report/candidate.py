@@ -27,7 +27,16 @@ def summary_line(fb: Any) -> str:
     return (f"The candidate is one model for every condition: {kept} node{'s' if kept != 1 else ''} {what} "
             f"({len(fb.islands)} island{'s' if len(fb.islands) != 1 else ''}, {fb.transitions} float/8-bit conversions), the rest INT8, "
             f"so that {fb.metric} vs FP32 reaches {fb.target} on every reference set "
-            f"({'met' if fb.met else 'NOT met'}; all-8-bit → candidate: {per_set}).")
+            f"({'met' if fb.met else 'NOT met'} {_where(fb)}; all-8-bit → candidate: {per_set}).")
+
+
+def _where(fb: Any) -> str:
+    """On which images the figures were measured: the held-out split with the worst set's interval, or in-sample."""
+    if not fb.heldout_images:
+        return "on the images the search chose on (in-sample, optimistic)"
+    ci = (f", {100 * fb.confidence:.0f}% interval {fb.metric_after_ci[0]:.3f} to {fb.metric_after_ci[1]:.3f} on the worst set"
+          if fb.metric_after_ci is not None else "")
+    return f"on held-out images the search never saw: {fb.split_words()}{ci}"
 
 
 def node_lines(fb: Any, limit: int = MAX_NODES) -> list[str]:

@@ -38,16 +38,25 @@ BOUND_EVERY = 4
 class ReferenceData:
     """Inputs (``feeds[s][i]``: the model input array of image ``i`` of set ``s``) and FP32 outputs
     (``fp32[s][i]``: ``{output name: array}``) of every reference set; ``sets``: what was read
-    (``count``: images used)."""
+    (``count``: images used); ``files[s][i]`` / ``shas[s][i]``: the image's manifest path and content hash."""
 
     input_name: str
     sets: list[SetRef]
     feeds: list[list[np.ndarray]]
     fp32: list[list[Outputs]]
+    files: list[list[str]] = dataclasses.field(default_factory=list)
+    shas: list[list[str]] = dataclasses.field(default_factory=list)
 
     @property
     def images(self) -> int:
         return sum(len(f) for f in self.feeds)
+
+    def subset(self, keep: Sequence[Sequence[int]]) -> "ReferenceData":
+        """The same sets with only images ``keep[s]`` (indices into set ``s``, in that order)."""
+        def pick(rows: list[list[Any]]) -> list[list[Any]]:
+            return [[row[i] for i in idx] for row, idx in zip(rows, keep)] if rows else []
+
+        return ReferenceData(self.input_name, list(self.sets), pick(self.feeds), pick(self.fp32), pick(self.files), pick(self.shas))
 
 
 def load_references(reference_sets: Sequence[Any], note: Any, fp32_model: Any, max_images: int | None) -> ReferenceData:
@@ -73,8 +82,11 @@ def load_references(reference_sets: Sequence[Any], note: Any, fp32_model: Any, m
             reader = CalibrationSetReader(s, note.preprocessing)
             if max_images:
                 reader.set_range(0, min(max_images, len(reader)))
-            xs = [x for _, x in reader.iter_batches()]
+            batches = list(reader.iter_batches())
+            xs = [x for _, x in batches]
             refs.feeds.append(xs)
+            refs.files.append([e[0].file for e, _ in batches])
+            refs.shas.append([e[0].sha256 for e, _ in batches])
             refs.fp32.append([fp.infer({name: x}) for x in xs])
             refs.sets.append(SetRef(path=str(s.root), set_id=s.set_id, name=s.name, camera=s.camera, lighting=s.lighting, count=len(xs)))
     return refs
@@ -220,7 +232,7 @@ class Prober:
             rnd = Round(index=len(self.rounds), kept=len(kept), metric=s.metric, worst_set=s.worst_set, met=s.complete and s.metric >= self.scorer.target,
                         complete=s.complete, per_set=s.per_set, window=tuple(info["window"]) if "window" in info else None,
                         pruned=tuple(info["pruned"]) if "pruned" in info else None, transitions=edges, images=s.images,
-                        seconds=round(time.perf_counter() - t0, 3))
+                        seconds=round(time.perf_counter() - t0, 3), family=str(info.get("family", "")))
             self.rounds.append(rnd)
             self.seen[key] = Measured(rnd, folder, rec)
             log.info("fallback round %d: %d %s promoted %s-> %s %.4f on %s (%s, %d images, %.1f s)", rnd.index, len(kept), self.units,
@@ -229,6 +241,13 @@ class Prober:
             if self.on_round is not None:
                 self.on_round()
         return self.seen[key].round
+
+    def annotate(self, kept: Sequence[str], **fields: Any) -> None:
+        """Set ``fields`` on the round of ``kept`` (measured before), in :attr:`rounds` and :attr:`seen` alike."""
+        m = self.seen[tuple(kept)]
+        r = dataclasses.replace(m.round, **fields)
+        self.rounds[m.round.index] = r
+        self.seen[tuple(kept)] = dataclasses.replace(m, round=r)
 
     def key_of(self, measured: Measured) -> tuple[str, ...]:
         """The kept set of a measured candidate."""

@@ -24,18 +24,34 @@ class FallbackConfig(Config):
         strategy: ``float`` (promoted nodes are excluded from quantization) or ``int16`` (their activations
             get 16-bit ``TensorQuantOverrides``; on ONNX Runtime's CPU provider 16-bit QDQ runs as float
             with conversions, measured slower than FP32).
-        search: ``bisect`` (task-metric bisection over the node order, then pruning) or ``sqnr`` (local SQNR
+        search: ``bisect`` (task-metric bisection of contiguous windows in the node order: the shortest prefix,
+            the shortest suffix (the head) and the island between them, then pruning) or ``sqnr`` (local SQNR
             ranking of activations, ``step`` per round); :mod:`.search`.
+        pick: which candidate that meets the target on the search images is written: ``cost`` (fewest
+            ``nodes + transition_cost x Q/DQ edges``) or ``latency`` (the fastest, timed interleaved with FP32 by
+            ``latency``; needs ``timings``).
         step: sqnr search: activations promoted per round.
         max_kept: most units promoted (nodes for bisect, activations for sqnr); None: no limit for bisect,
             48 for sqnr.
-        prune: bisect: blocks of the window tried back in 8 bits (one round each; 0: keep the window whole).
+        prune: bisect: blocks of the cheapest window tried back in 8 bits (one round each; 0: keep the window whole, and
+            narrow a prefix or suffix by bisection when no island between them met the target).
         transition_cost: float nodes one Q/DQ edge between a float and an 8-bit node is worth; pruning only
             returns a block to 8 bits when that lowers ``nodes + transition_cost x edges`` (it prefers
             contiguous islands).
         max_reference_images: use the first N images of each reference set (None: all).
+        holdout: share of each reference set's images held out of the search (:mod:`.holdout`: a seeded hash
+            of each image's content picks ``round(holdout x N)`` of the N, at least 1 and at most N - 1); the
+            written figure, and the target's final check, are measured on those images only. 0: no split (the
+            figure is then the search's own, in-sample and optimistic, and is labelled so).
+        seed: seed of the held-out split and of the bootstrap resamples of its interval.
+        confidence: two-sided level of the held-out figure's interval (bootstrap over the held-out images,
+            :func:`quantkit.thresholds.stats.bootstrap_ratio`).
+        bootstrap_resamples: resamples of that interval.
         early_stop: stop evaluating a candidate as soon as one set is proven below the target (sets are
             evaluated worst first; a metric with an ``upper_bound`` also stops within a set).
+        fail_if_missed: the fallback fails (exit 1) when the written model's held-out figure misses the target; false:
+            the model, ``fallback.json`` (``met: false``) and the report say so and the command succeeds (a pipeline
+            then carries on with a candidate marked as short of its target).
         fail_if_slower: the fallback fails (exit 1) when the result is not faster than FP32 on a runtime and
             thread count of ``latency``; otherwise that is reported (``slower_than_fp32``) and warned about.
         latency: how the result is timed against FP32 (runtimes, thread counts, repeats).
@@ -50,12 +66,18 @@ class FallbackConfig(Config):
     target: float = 0.95
     strategy: Literal["float", "int16"] = "float"
     search: Literal["bisect", "sqnr"] = "bisect"
+    pick: Literal["cost", "latency"] = "cost"
     step: int = 4
     max_kept: int | None = None
     prune: int = 8
     transition_cost: float = 1.0
     max_reference_images: int | None = None
+    holdout: float = 0.5
+    seed: int = 0
+    confidence: float = 0.95
+    bootstrap_resamples: int = 1000
     early_stop: bool = True
+    fail_if_missed: bool = True
     fail_if_slower: bool = False
     latency: LatencyConfig = dataclasses.field(default_factory=LatencyConfig)
     timings: bool = True
@@ -74,6 +96,16 @@ class FallbackConfig(Config):
             raise ConfigError(f"fallback.transition_cost: {self.transition_cost} must be >= 0")
         if self.max_reference_images is not None and self.max_reference_images < 1:
             raise ConfigError(f"fallback.max_reference_images: {self.max_reference_images} must be >= 1 (null: every image)")
+        if not 0.0 <= self.holdout < 1.0:
+            raise ConfigError(f"fallback.holdout: {self.holdout} must lie in [0, 1), e.g. 0.5 (share of each reference set held out)")
+        if self.seed < 0:
+            raise ConfigError(f"fallback.seed: {self.seed} must be >= 0 (numpy's generators take no negative seed)")
+        if not 0.0 < self.confidence < 1.0:
+            raise ConfigError(f"fallback.confidence: {self.confidence} must lie in (0, 1), e.g. 0.95")
+        if self.bootstrap_resamples < 10:
+            raise ConfigError(f"fallback.bootstrap_resamples: {self.bootstrap_resamples} must be >= 10")
+        if self.pick == "latency" and not self.timings:
+            raise ConfigError("fallback.pick: latency times every candidate; set fallback.timings: true, or pick: cost")
 
 
 __all__ = ["FallbackConfig"]

@@ -10,12 +10,18 @@ metric can still reach once the candidate's outputs for the first ``len(candidat
 known (the FP32 outputs of every image are). The fallback stops evaluating a candidate as soon as that
 bound is below the target (:mod:`.candidates`). Metrics without it are evaluated on whole sets.
 
+A metric may also carry ``counts(reference, candidate) -> RatioCounts``: the per-image numerators and
+denominators it pools (every built-in metric is ``factor * sum(num) / sum(den)``). The held-out figure's
+confidence interval resamples those images (:func:`quantkit.thresholds.stats.bootstrap_ratio`,
+:mod:`.holdout`); a metric without ``counts`` gets its held-out value and no interval.
+
 :func:`agreement_metric` is the one place that picks the metric for a task: it maps a task adapter
 (:mod:`quantkit.tasks`, params ``models.<name>.task``) to its primary agreement metric.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -25,6 +31,25 @@ from ...errors import ConfigError, ModelError
 
 Outputs = Mapping[str, np.ndarray]
 Metric = Callable[[Sequence[Outputs], Sequence[Outputs]], float]
+
+
+@dataclasses.dataclass(frozen=True)
+class RatioCounts:
+    """A metric's per-image counts: its value is ``factor * sum(num) / sum(den)`` (``empty`` when ``den`` sums
+    to 0); ``num``, ``den``: ``(N,)`` float64, one entry per image in set order."""
+
+    num: np.ndarray
+    den: np.ndarray
+    factor: float = 1.0
+    empty: float = 1.0
+
+    @property
+    def value(self) -> float:
+        d = float(self.den.sum())
+        return self.factor * float(self.num.sum()) / d if d > 0 else self.empty
+
+    def __repr__(self) -> str:
+        return f"RatioCounts(n={len(self.num)}, value={self.value:.4f})"
 
 
 def _pick(outputs: Outputs, name: str) -> np.ndarray:
@@ -57,25 +82,23 @@ def pixel_iou(thresh: float = 0.3, output: str = "") -> Metric:
     if not 0.0 < thresh < 1.0:
         raise ConfigError(f"pixel_iou thresh: {thresh} must lie in (0, 1) (a probability map's threshold, e.g. 0.3)")
 
-    def counts(ref: Sequence[Outputs], got: Sequence[Outputs]) -> tuple[int, int]:
-        inter = union = 0
-        for r, g in zip(ref, got):
-            a, b = _pick(r, output) > thresh, _pick(g, output) > thresh
-            inter += int(np.count_nonzero(a & b))
-            union += int(np.count_nonzero(a | b))
-        return inter, union
+    def counts(ref: Sequence[Outputs], got: Sequence[Outputs]) -> RatioCounts:
+        pairs = [(_pick(r, output) > thresh, _pick(g, output) > thresh) for r, g in zip(ref, got)]
+        return RatioCounts(np.array([np.count_nonzero(a & b) for a, b in pairs], np.float64),
+                           np.array([np.count_nonzero(a | b) for a, b in pairs], np.float64))
 
     def metric(ref: Sequence[Outputs], got: Sequence[Outputs]) -> float:
-        inter, union = counts(ref, got)
-        return inter / union if union else 1.0
+        return counts(ref, got).value
 
     def upper_bound(ref: Sequence[Outputs], got: Sequence[Outputs]) -> float:
-        inter, union = counts(ref[: len(got)], got)
+        c = counts(ref[: len(got)], got)
+        inter, union = float(c.num.sum()), float(c.den.sum())
         rest = sum(int(np.count_nonzero(_pick(r, output) > thresh)) for r in ref[len(got):])
         return (inter + rest) / (union + rest) if union + rest else 1.0
 
     metric.description = f"pixel_iou(thresh={thresh})"  # type: ignore[attr-defined]
     metric.upper_bound = upper_bound  # type: ignore[attr-defined]
+    metric.counts = counts  # type: ignore[attr-defined]
     return metric
 
 
@@ -85,18 +108,21 @@ def task_metric(adapter: Any) -> Metric:
     (:meth:`~quantkit.tasks.TaskAdapter.decide`), per-image counts from
     :meth:`~quantkit.tasks.TaskAdapter.agreement` summed over the set, then the metric's ratio (so the value is
     the one evaluate, bind and the report show: box F1 vs FP32 for ``box_detector``, top-1 agreement for a
-    classifier, ...). No ``upper_bound``: a set is evaluated whole.
+    classifier, ...). No ``upper_bound``: a set is evaluated whole. ``counts``: the spec's ``num`` and ``den`` per image.
     """
     spec = adapter.primary_metric()
 
+    def counts(ref: Sequence[Outputs], got: Sequence[Outputs]) -> RatioCounts:
+        per = [adapter.agreement(adapter.decide(r), adapter.decide(g)) for r, g in zip(ref, got)]
+        return RatioCounts(np.array([float(c.get(spec.num, 0.0)) for c in per], np.float64),
+                           np.array([float(c.get(spec.den, 0.0)) for c in per], np.float64), float(spec.factor), float(spec.empty))
+
     def metric(ref: Sequence[Outputs], got: Sequence[Outputs]) -> float:
-        totals: dict[str, float] = {}
-        for r, g in zip(ref, got):
-            for k, v in adapter.agreement(adapter.decide(r), adapter.decide(g)).items():
-                totals[k] = totals.get(k, 0.0) + float(v)
-        return float(spec.value(totals))
+        c = counts(ref, got)
+        return float(spec.value({spec.num: c.num.sum(), spec.den: c.den.sum()}))
 
     metric.description = f"{spec.name}({adapter.name})"  # type: ignore[attr-defined]
+    metric.counts = counts  # type: ignore[attr-defined]
     return metric
 
 
@@ -131,4 +157,4 @@ def agreement_metric(task: Any = None) -> Metric:
     return task_metric(task)
 
 
-__all__ = ["Metric", "Outputs", "agreement_metric", "decision_f1", "describe", "pixel_iou", "task_metric"]
+__all__ = ["Metric", "Outputs", "RatioCounts", "agreement_metric", "decision_f1", "describe", "pixel_iou", "task_metric"]

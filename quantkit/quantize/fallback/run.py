@@ -23,7 +23,9 @@ from .graph import check_names, islands, named_copy, nodes_of_tensors, transitio
 from ...runtimes.latency import measure_latency
 from .metric import Metric, agreement_metric, describe
 from ...artifacts.fallback import FallbackResult, KeptNode, LatencyRow
-from .search import bisect_rounds, bisect_window, prune_window, rank_sensitivity, sqnr_search
+from .choose import Candidate, final_candidate, pick
+from .holdout import figures, measure_sets, split_references
+from .search import prune_window, rank_sensitivity, sqnr_search, window_family, window_rounds, window_search
 
 log = logging.getLogger(__name__)
 
@@ -76,20 +78,21 @@ def _calibration_images(rec: CalibrationRecord, calibration_set: Any, note: Any,
 
 
 def _search(config: FallbackConfig, model: Any, names: list[str], probe: Prober, refs: ReferenceData, work: Path,
-            base_model: Path, base_rec: CalibrationRecord) -> tuple[list[str] | None, dict[str, str], tuple[int, int] | None]:
-    """Run the configured search; ``(kept or None when nothing met the target, reasons, window)``."""
+            base_model: Path, base_rec: CalibrationRecord) -> list[Candidate]:
+    """Run the configured search; the candidates that met the target on the search images (empty: none did)."""
     if config.search == "bisect":
         limit = len(names) if config.max_kept is None else min(config.max_kept, len(names))
-        window = bisect_window(names, probe, limit=limit, full_meets=config.strategy == "float" and limit == len(names),
-                               find_start=config.prune == 0)
-        if window is None:
-            return None, {}, None
 
         def cost(kept: Sequence[str]) -> float:
             return len(kept) + config.transition_cost * transitions(model, kept)
 
-        kept, why = prune_window(names, window, probe, blocks=config.prune, cost=cost)
-        return kept, why, window
+        windows = window_search(names, probe, limit=limit, full_meets=config.strategy == "float" and limit == len(names),
+                                narrow=config.prune == 0, cost=cost)
+        cands = [Candidate(*prune_window(names, w, probe, blocks=0, cost=cost), w, window_family(w, len(names))) for w in windows]
+        if windows and config.prune:
+            kept, why = prune_window(names, windows[0], probe, blocks=config.prune, cost=cost)
+            cands.append(Candidate(kept, why, windows[0], window_family(windows[0], len(names))))
+        return cands
     from ..compare import compare_layers
 
     fp32_path = work / "float.onnx"
@@ -98,12 +101,16 @@ def _search(config: FallbackConfig, model: Any, names: list[str], probe: Prober,
     order = rank_sensitivity(model, table)
     limit = min(48 if config.max_kept is None else config.max_kept, len(order))
     kept = sqnr_search(order, probe, step=config.step, limit=limit)
-    return kept, {t: "among the activations whose local SQNR loss ranks highest" for t in kept or []}, None
+    return [] if kept is None else [Candidate(kept, {t: "among the activations whose local SQNR loss ranks highest" for t in kept}, None)]
+
+
+def _feeds(refs: ReferenceData) -> list[dict[str, Any]]:
+    """The first :data:`LATENCY_IMAGES` reference inputs (a few of each set) as feeds for timing."""
+    return [{refs.input_name: x} for f in refs.feeds for x in f[:LATENCY_IMAGES]][:LATENCY_IMAGES]
 
 
 def _latency(config: FallbackConfig, refs: ReferenceData, models: dict[str, Any]) -> tuple[LatencyRow, ...]:
-    feeds = [{refs.input_name: x} for f in refs.feeds for x in f[:LATENCY_IMAGES]][:LATENCY_IMAGES]
-    timings = measure_latency(models, feeds, config.latency)
+    timings = measure_latency(models, _feeds(refs), config.latency)
     rows = []
     for rt in config.latency.runtimes:
         for t in config.latency.threads:
@@ -135,9 +142,13 @@ def precision_fallback(intake: str | Path, config: FallbackConfig, *, reference_
         metric: :data:`.metric.Metric`; default :func:`.metric.agreement_metric` (pixel IoU at 0.3).
         deployed: the deployed ``model_int8.onnx`` (or its folder), timed beside the result.
 
+    Each reference set is split (:mod:`.holdout`, ``config.holdout``): the search measures candidates on one part
+    only; the written figure, and ``met``, come from the other part, which the search never saw.
+
     Returns:
         the :class:`FallbackResult` written to ``out/fallback.json``. ``out`` holds the candidate that met the
-        target with the fewest promoted nodes the search found, or (target missed) the one with the highest metric.
+        target on the search images at the lowest cost (or latency, ``config.pick``), or (none met) the one with
+        the highest metric; its held-out figure may still miss the target (``met`` false, said so).
 
     Raises:
         ConfigError, ModelError, CalibrationSetError: bad inputs (one line, naming the file or field); ``out``
@@ -159,25 +170,33 @@ def precision_fallback(intake: str | Path, config: FallbackConfig, *, reference_
         log.info("fallback: %d unnamed nodes named <op_type>_<index> (graph order)", renamed)
     digest = sha256_file(model_path)
     refs = load_references(reference_sets, note, model_path, config.max_reference_images)
+    search_refs, held_refs = split_references(refs, config.holdout, config.seed)
     with tempfile.TemporaryDirectory(prefix="quantkit-fallback-") as work_s:
         work = Path(work_s)
         base_model, base_rec, qconfig = _base(Path(intake), model, model_path, note, digest, work, base, quantize_config, calibration_set)
-        scorer = Scorer(refs, metric, config.target, early_stop=config.early_stop)
+        scorer = Scorer(search_refs, metric, config.target, early_stop=config.early_stop)
         rec = _recover(config, model, model_path, note, base_model, base_rec, qconfig, calibration_set, scorer, work)
         names = check_names(rec.model)
         units = "nodes" if config.search == "bisect" else "tensors"
-        total = bisect_rounds(len(names), config.prune) if config.search == "bisect" else -(-min(48, len(names)) // config.step)
+        total = window_rounds(len(names), config.prune) if config.search == "bisect" else -(-min(48, len(names)) // config.step)
         bar = iter(progress(range(total + 1), total=total + 1, desc="fallback", unit="round"))
         probe = Prober(Builder(rec.model, model_path, note, rec.config, rec.record, config.strategy, work / "rounds", rec.exact), scorer,
                        units, on_round=lambda: next(bar, None))
         r0 = probe([], {}, full=True)
         if rec.steps:  # the last step's model is the one round 0 measured
             rec.steps[-1] = dataclasses.replace(rec.steps[-1], metric_after=r0.metric)
-        chosen, why, window = (list(), {}, None) if r0.met else _search(config, rec.model, names, probe, refs, work, base_model, base_rec)
+        cands = [Candidate([], {}, None)] if r0.met else _search(config, rec.model, names, probe, search_refs, work, base_model, base_rec)
         for _ in bar:
             pass
-        final, final_score, why = _final(probe, scorer, chosen, why, window)
+        choice = pick(cands, probe, config, model_path, _feeds(search_refs), transitions_of=lambda k: transitions(rec.model, k))
+        final, final_score, choice = final_candidate(probe, scorer, choice)
+        why, window = choice.why, choice.window
         t_search = time.perf_counter() - t0
+        held = held_refs if held_refs.images else search_refs  # holdout 0: the in-sample figure, labelled so
+        stats = {"confidence": config.confidence, "resamples": config.bootstrap_resamples, "seed": config.seed}
+        after = measure_sets(final.folder / MODEL_FILE, held, metric, **stats)
+        before = measure_sets(probe.seen[()].folder / MODEL_FILE, held, metric, **stats) if final is not probe.seen[()] else after
+        worst = min(after, key=lambda k: (after[k][0], k))
         models = {"fp32": model_path, "base": probe.seen[()].folder / MODEL_FILE, "candidate": final.folder / MODEL_FILE}
         if deployed is not None:
             models["deployed"] = Path(deployed) / MODEL_FILE if Path(deployed).is_dir() else Path(deployed)
@@ -188,9 +207,12 @@ def precision_fallback(intake: str | Path, config: FallbackConfig, *, reference_
         record = dataclasses.replace(final.record, calibration={**final.record.calibration, "recovery": [s.to_dict() for s in rec.steps],
                                                                 "fallback": {"target": config.target, "metric": describe(metric), "promoted": len(chosen)}})
         result = FallbackResult(
-            met=final_score.metric >= config.target, target=config.target, metric=describe(metric), strategy=config.strategy,
-            search=config.search, metric_before=r0.metric, metric_after=final_score.metric, metric_before_per_set=dict(r0.per_set),
-            metric_after_per_set=dict(final_score.per_set), reference_sets=tuple(refs.sets),
+            met=after[worst][0] >= config.target, target=config.target, metric=describe(metric), strategy=config.strategy,
+            search=config.search, metric_before=min(v for v, _ in before.values()), metric_after=after[worst][0],
+            metric_before_per_set={k: v for k, (v, _) in before.items()}, metric_after_per_set={k: v for k, (v, _) in after.items()},
+            metric_after_ci=after[worst][1], met_on_search=final_score.complete and final_score.metric >= config.target,
+            figures=figures(search_refs, held_refs, final_score.per_set, after), holdout=config.holdout, seed=config.seed,
+            confidence=config.confidence, window_kind=window_family(window, len(names)) if window else None, reference_sets=tuple(refs.sets),
             kept=tuple(KeptNode(name=n, index=index[n][0] if n in index else -1, op_type=index[n][1] if n in index else "tensor",
                                 reason=why.get(n, "")) for n in chosen),
             islands=tuple(islands(names, promoted)), transitions=transitions(rec.model, promoted), rounds=tuple(probe.rounds), latency=lat,
@@ -229,24 +251,6 @@ def _recover(config: FallbackConfig, model: Any, model_path: Path, note: Any, ba
 
     before = scorer.score(base_model, full=True).metric
     return apply_recovery(model, base_rec, qconfig, rc, images=images, input_name=scorer.refs.input_name, measure=measure, metric_before=before)
-
-
-def _final(probe: Prober, scorer: Scorer, chosen: list[str] | None, why: dict[str, str],
-           window: tuple[int, int] | None) -> tuple[Any, Any, dict[str, str]]:
-    """The candidate to write, its full score and the reasons; when nothing met the target, the one with the
-    highest metric among fully measured rounds (fewest promoted on ties)."""
-    from .candidates import Score
-
-    if chosen is None:
-        done = {k: v for k, v in probe.seen.items() if v.round.complete} or probe.seen
-        key = max(done, key=lambda k: (done[k].round.metric, -len(k)))
-        chosen, why = list(key), {n: "the target was not met; this candidate had the highest metric" for n in key}
-    probe(chosen, {"window": list(window)} if window else {})  # measured already, except the all-float window
-    final = probe.seen[tuple(chosen)]
-    r = final.round
-    if r.complete:
-        return final, Score(r.metric, r.worst_set, dict(r.per_set), True, r.images), why
-    return final, scorer.score(final.folder / "model_int8.onnx", full=True), why
 
 
 __all__ = ["precision_fallback"]

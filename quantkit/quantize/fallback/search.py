@@ -1,16 +1,24 @@
 """Search strategies: which nodes to promote (keep in float, or widen to 16 bits). Plain functions.
 
-Each takes a *probe*, ``probe(kept, info) -> Round`` (:class:`.result.Round`: measures the candidate with
-``kept`` promoted; ``info`` is logged with it), and returns what to keep. The probe decides what "meets
+Each takes a *probe*, ``probe(kept, info) -> Round`` (:class:`quantkit.artifacts.fallback.Round`: measures the candidate with
+``kept`` promoted; ``info`` (``window``, ``family``, ``pruned``) is recorded with it), and returns what to keep. The probe decides what "meets
 the target" means; the strategies only order the candidates.
 
-* :func:`bisect_window`: Polygraphy's ``debug precision`` bisection (NVIDIA TensorRT tools) over the nodes
-  in graph order: the shortest prefix ``nodes[:k]`` that meets the target (binary search on ``k``), then the
-  latest start ``j`` such that ``nodes[j:k]`` still does (skipped when pruning follows). At most ``2 log2(n)`` rounds. It assumes promoting
-  more of the graph does not lower the metric (not exactly true; every answer is a measured candidate).
+* :func:`window_search`: Polygraphy's ``debug precision`` bisection (NVIDIA TensorRT tools), in both of its
+  directions (``--direction forward`` / ``reverse``), over the nodes in graph order (a topological order): the
+  shortest prefix ``nodes[:k]`` that meets the target (:func:`bisect_window`) and the shortest suffix
+  ``nodes[j:]`` (:func:`bisect_suffix`: the head, up to the outputs), then the island ``nodes[j:k]`` between
+  them when they overlap (one round: if one contiguous run of nodes is what breaks under 8 bits, the prefix ends
+  where it ends and the suffix starts where it starts, so that island is the shortest window of all). Without
+  pruning, a window whose island missed is narrowed from its free end instead. About ``2 log2(n) + 1`` rounds.
+  Bisection assumes promoting more of the graph does not lower the metric (not exactly true; every answer is a
+  measured candidate). Every candidate is one contiguous run of nodes: one float island, not scattered nodes.
+  Each bisection stops within :data:`RESOLUTION` of its window's length.
 * :func:`prune_window`: hand blocks of the window back to 8 bits while the target holds, when that lowers
   the cost (promoted nodes + ``transition_cost`` x Q/DQ edges, :func:`.graph.transitions`): one round per
-  block; a failed round is the recorded reason its block stays promoted.
+  block; a failed round is the recorded reason its block stays promoted. A block is never returned when that
+  would leave a lone float node between 8-bit ones (its DequantizeLinear and QuantizeLinear would cost more
+  than its float run saves).
 * :func:`sqnr_search`: promote activations in order of local sensitivity (:func:`rank_sensitivity`), ``step``
   per round, until the target is met.
 """
@@ -29,61 +37,126 @@ Probe = Callable[[Sequence[str], Mapping[str, Any]], Round]
 Cost = Callable[[Sequence[str]], float]
 
 
-def bisect_window(names: Sequence[str], probe: Probe, *, limit: int, full_meets: bool, find_start: bool = True) -> tuple[int, int] | None:
-    """The window ``(j, k)`` of :func:`bisect_window`'s module description, or None when even
-    ``names[:limit]`` misses the target.
+Window = tuple[int, int]
+"""``[start, end)`` in graph order."""
+
+RESOLUTION = 16
+"""A bisection stops once its bracket is within ``1/RESOLUTION`` of the window it has found (and 1 node): a window
+of 200 nodes is then found to within 12 nodes in about 5 rounds instead of 8 (a few more float nodes for fewer
+candidates built); windows shorter than 32 nodes are still found to the node."""
+
+
+def _smallest(meets: Callable[[int], bool], hi: int) -> int:
+    """The smallest ``x`` in ``1..hi`` with ``meets(x)``, by bisection, given ``meets(hi)`` (``meets(0)`` is taken as
+    false), to within ``max(1, x // RESOLUTION)``."""
+    lo = 0
+    while hi - lo > max(1, hi // RESOLUTION):
+        mid = (lo + hi) // 2
+        if meets(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def _probe_window(names: Sequence[str], probe: Probe, j: int, k: int, family: str) -> bool:
+    return probe(names[j:k], {"window": [j, k], "family": family}).met
+
+
+def bisect_window(names: Sequence[str], probe: Probe, *, limit: int, full_meets: bool, find_start: bool = True) -> Window | None:
+    """The shortest prefix ``(0, k)`` that meets the target, then (``find_start``) the latest start ``j`` such that
+    ``names[j:k]`` still does; None when even ``names[:limit]`` misses.
 
     Args:
         names: node names in graph order.
         limit: longest prefix considered (``max_kept``).
         full_meets: the caller knows ``names[:limit]`` meets the target (every node in float is the FP32
             model itself); otherwise that round is measured first.
-        find_start: also bisect for the latest start ``j`` (else ``j = 0``: when :func:`prune_window` follows,
-            its first blocks test the same starts, one round each, and a second bisection mostly repeats them).
+        find_start: also bisect for the latest start (else ``j = 0``).
     """
     if limit < 1:
         return None
-    if not full_meets and not probe(names[:limit], {"window": [0, limit]}).met:
+    if not full_meets and not _probe_window(names, probe, 0, limit, "prefix"):
         return None
-    lo, hi = 0, limit  # names[:lo] misses (lo = 0: the base model), names[:hi] meets
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if probe(names[:mid], {"window": [0, mid]}).met:
-            hi = mid
-        else:
-            lo = mid
-    k = hi
+    k = _smallest(lambda x: _probe_window(names, probe, 0, x, "prefix"), limit)
     if not find_start:
         return 0, k
-    lo, hi = 0, k  # names[lo:k] meets, names[hi:k] (empty at hi = k) misses
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if probe(names[mid:k], {"window": [mid, k]}).met:
-            lo = mid
-        else:
-            hi = mid
-    return lo, k
+    return k - _smallest(lambda x: _probe_window(names, probe, k - x, k, "island"), k), k
 
 
-def bisect_rounds(limit: int, prune: int) -> int:
-    """Most rounds :func:`bisect_window` + :func:`prune_window` take (for progress bars)."""
-    return 2 * max(1, math.ceil(math.log2(max(limit, 2)))) + 1 + prune
+def bisect_suffix(names: Sequence[str], probe: Probe, *, limit: int, full_meets: bool, find_end: bool = True) -> Window | None:
+    """The shortest suffix ``(j, n)`` (the head, up to the outputs) that meets the target, then (``find_end``) the
+    earliest end ``k`` such that ``names[j:k]`` still does; None when even ``names[n - limit:]`` misses. Arguments
+    as :func:`bisect_window`'s."""
+    n = len(names)
+    if limit < 1:
+        return None
+    if not full_meets and not _probe_window(names, probe, n - limit, n, "suffix"):
+        return None
+    j = n - _smallest(lambda x: _probe_window(names, probe, n - x, n, "suffix"), limit)
+    if not find_end:
+        return j, n
+    return j, j + _smallest(lambda x: _probe_window(names, probe, j, j + x, "island"), n - j)
 
 
-def prune_window(names: Sequence[str], window: tuple[int, int], probe: Probe, *, blocks: int,
+def window_family(window: Window, n: int) -> str:
+    """``prefix`` (starts at node 0), ``suffix`` (ends at the last node; the whole graph counts as a prefix) or ``island``."""
+    return "prefix" if window[0] == 0 else "suffix" if window[1] == n else "island"
+
+
+def window_search(names: Sequence[str], probe: Probe, *, limit: int, full_meets: bool, narrow: bool, cost: Cost) -> list[Window]:
+    """The windows that met the target (module docstring), cheapest first by ``cost`` of their nodes (then shorter,
+    then earlier); empty when neither ``names[:limit]`` nor ``names[-limit:]`` meets.
+
+    Args:
+        narrow: when the island between the shortest prefix and suffix is not available or misses, bisect the
+            cheaper of the two from its free end (``log2`` of its length more rounds); otherwise the caller prunes.
+    """
+    n = len(names)
+    found = [w for w in (bisect_window(names, probe, limit=limit, full_meets=full_meets, find_start=False),
+                         bisect_suffix(names, probe, limit=limit, full_meets=full_meets, find_end=False)) if w is not None]
+    if len(found) == 2 and found[1][0] < found[0][1]:
+        island = (found[1][0], found[0][1])
+        if island not in found and _probe_window(names, probe, *island, "island"):
+            found.append(island)
+    if narrow and found and not any(0 < j and k < n for j, k in found):
+        j, k = min(found, key=lambda w: (cost(names[w[0]:w[1]]), w[1] - w[0], w))
+        if j == 0 and k > 1:
+            found.append((k - _smallest(lambda x: _probe_window(names, probe, k - x, k, window_family((k - x, k), n)), k), k))
+        elif j > 0 and k - j > 1:
+            found.append((j, j + _smallest(lambda x: _probe_window(names, probe, j, j + x, window_family((j, j + x), n)), k - j)))
+    return sorted(set(found), key=lambda w: (cost(names[w[0]:w[1]]), w[1] - w[0], w))
+
+
+def window_rounds(limit: int, prune: int) -> int:
+    """Most rounds :func:`window_search` + :func:`prune_window` take (for progress bars)."""
+    return 3 * max(1, math.ceil(math.log2(max(limit, 2)))) + 2 + prune
+
+
+def _lone_node(names: Sequence[str], kept: set[str]) -> bool:
+    """Some promoted node has 8-bit neighbours on both sides in graph order (a lone float node)."""
+    flags = [n in kept for n in names]
+    return any(f and not (i > 0 and flags[i - 1]) and not (i + 1 < len(flags) and flags[i + 1]) and 0 < i < len(flags) - 1
+               for i, f in enumerate(flags))
+
+
+def prune_window(names: Sequence[str], window: Window, probe: Probe, *, blocks: int,
                  cost: Cost) -> tuple[list[str], dict[str, str]]:
     """Split ``names[j:k]`` into ``blocks`` blocks and return each to 8 bits when the candidate without it
-    meets the target and costs less.
+    meets the target, costs less and leaves no lone float node (module docstring).
 
     Returns:
         ``(kept, why)``: the nodes still promoted, in graph order, and for each of them why it stays:
         the measured round that failed without its block, or the cost rule, or the window itself.
     """
     j, k = window
+    family = window_family(window, len(names))
     kept = list(names[j:k])
-    why = {n: f"in the bisection window nodes {j}..{k - 1}: the shortest span that meets the target" for n in kept}
+    why = {n: f"in the {family} window nodes {j}..{k - 1}: the shortest {family} that meets the target on the search images"
+           for n in kept}
     if not blocks or not kept:
         return kept, why
+    lone_before = _lone_node(names, set(kept))
     size = max(1, -(-len(kept) // blocks))
     for b0 in range(j, k, size):
         b1 = min(b0 + size, k)
@@ -91,11 +164,12 @@ def prune_window(names: Sequence[str], window: tuple[int, int], probe: Probe, *,
         trial = [n for n in kept if n not in block]
         if not trial or len(trial) == len(kept):
             continue
-        if cost(trial) >= cost(kept):
+        if cost(trial) >= cost(kept) or (not lone_before and _lone_node(names, set(trial))):
             for n in block & set(kept):
-                why[n] = f"returning nodes {b0}..{b1 - 1} to 8 bits would add more Q/DQ conversions than it removes float nodes"
+                why[n] = (f"returning nodes {b0}..{b1 - 1} to 8 bits would add more Q/DQ conversions than it removes float nodes"
+                          if cost(trial) >= cost(kept) else f"returning nodes {b0}..{b1 - 1} to 8 bits would leave a lone float node")
             continue
-        r = probe(trial, {"window": [j, k], "pruned": [b0, b1]})
+        r = probe(trial, {"window": [j, k], "pruned": [b0, b1], "family": family})
         if r.met:
             kept = trial
         else:
@@ -131,4 +205,5 @@ def sqnr_search(order: Sequence[str], probe: Probe, *, step: int, limit: int) ->
     return None
 
 
-__all__ = ["Cost", "Probe", "bisect_rounds", "bisect_window", "prune_window", "rank_sensitivity", "sqnr_search"]
+__all__ = ["Cost", "Probe", "Window", "bisect_suffix", "bisect_window", "prune_window", "rank_sensitivity", "sqnr_search", "window_family",
+           "window_rounds", "window_search"]
