@@ -52,19 +52,7 @@ def cut_model(model: Any, outputs: Sequence[str]) -> Any:
     import onnx
 
     g = model.graph
-    prod = {o: n for n in g.node for o in n.output}
-    keep: set[int] = set()
-    index = {id(n): i for i, n in enumerate(g.node)}
-    stack, seen = list(outputs), set()
-    while stack:
-        t = stack.pop()
-        if t in seen or t not in prod:
-            continue
-        seen.add(t)
-        n = prod[t]
-        keep.add(index[id(n)])
-        stack.extend(x for x in list(n.input) + _subgraph_inputs(n) if x)
-    nodes = [n for i, n in enumerate(g.node) if i in keep]
+    nodes, seen = _upstream(g, outputs, set())
     used = {x for n in nodes for x in list(n.input) + _subgraph_inputs(n)}
     known = {v.name: v for v in list(g.value_info) + list(g.output) + list(g.input)}
     outs = [known[o] if o in known and known[o].type.tensor_type.elem_type else onnx.ValueInfoProto(name=o) for o in outputs]
@@ -74,6 +62,23 @@ def cut_model(model: Any, outputs: Sequence[str]) -> Any:
     m = onnx.helper.make_model(graph, opset_imports=list(model.opset_import), functions=list(model.functions))
     m.ir_version = model.ir_version
     return m
+
+
+def _upstream(g: Any, tensors: Sequence[str], stop: set[str]) -> tuple[list[Any], set[str]]:
+    """``(nodes in graph order, tensors reached)``: every node that ``tensors`` depend on, not walking past ``stop``."""
+    prod = {o: n for n in g.node for o in n.output}
+    index = {id(n): i for i, n in enumerate(g.node)}
+    keep: set[int] = set()
+    stack, seen = list(tensors), set()
+    while stack:
+        t = stack.pop()
+        if t in seen or t in stop or t not in prod:
+            continue
+        seen.add(t)
+        n = prod[t]
+        keep.add(index[id(n)])
+        stack.extend(x for x in list(n.input) + _subgraph_inputs(n) if x)
+    return [n for i, n in enumerate(g.node) if i in keep], seen
 
 
 def _subgraph_inputs(node: Any) -> list[str]:
@@ -110,18 +115,7 @@ def local_model(model: Any, tensor: str, feeding: Sequence[str], values: Mapping
         dq = prod.get(c)
         q = prod.get(dq.input[0]) if dq is not None and dq.op_type == "DequantizeLinear" else None
         boundary[q.input[0] if q is not None and q.op_type == "QuantizeLinear" else c] = c
-    index = {id(n): i for i, n in enumerate(g.node)}
-    keep: set[int] = set()
-    stack, seen = [tensor], set()
-    while stack:
-        t = stack.pop()
-        if t in seen or t in boundary or t not in prod:
-            continue
-        seen.add(t)
-        n = prod[t]
-        keep.add(index[id(n)])
-        stack.extend(x for x in list(n.input) + _subgraph_inputs(n) if x)
-    nodes = [n for i, n in enumerate(g.node) if i in keep]
+    nodes, _ = _upstream(g, [tensor], set(boundary))
     used = {x for n in nodes for x in list(n.input) + _subgraph_inputs(n)}
     inputs = {u: c for u, c in boundary.items() if u in used}
     new = [onnx.helper.make_tensor_value_info(u, onnx.helper.np_dtype_to_tensor_dtype(np.asarray(values[c]).dtype), list(np.shape(values[c])))
