@@ -15,8 +15,8 @@ def register(subparsers: Any) -> None:
         description="Run the risky-pattern suite (tiny QDQ models of Concat with mixed scales, Resize modes and coordinate "
         "transforms, per-channel axes, signed/unsigned/16-bit activations, 4-bit weights, u8xs8 saturation, rounding) on every "
         "installed runtime and compare each with ONNX's reference evaluator and its codes with ONNX Runtime's QDQ simulation. "
-        "'ok' = within 1 quantization step of the output and at most 2%% of its codes differing from the simulation's; "
-        "'DIFF n' = n steps off; 'DIFF n%%' = n%% of its codes differ by one; 'REFUSED' = the runtime cannot load or run it. "
+        "'ok' = within 1 quantization step of the output and at most 2% of its codes differing from the simulation's; "
+        "'DIFF n' = n steps off; 'DIFF n%' = n% of its codes differ by one; 'REFUSED' = the runtime cannot load or run it. "
         "Takes a few seconds.",
     )
     p.add_argument("--runtime", action="append", metavar="NAME", help="only this runtime (repeatable; default every installed one)")

@@ -206,7 +206,10 @@ def verification_facts(v: DeploymentVerification | None, role: str = "deployed",
         elif not r.verified:
             where = f"; first diverging tensor {r.divergence}" if r.divergence else ""
             subject = bundle(name) if per_runtime else f"on {name} {bundle(name)}"
-            facts.append(f"Warning for engineers: {subject} makes the simulation's decisions but its numbers differ{where}; it is deployable.")
+            what = ("differs from the simulation's decisions on a golden image but agrees with FP32 within the interval bound with "
+                    "the thresholds" if any(f.startswith("[decision]") for f in r.failures) else
+                    "makes the simulation's decisions but its numbers differ")
+            facts.append(f"Warning for engineers: {subject} {what}{where}; it is deployable.")
             ok.append(name)
         else:
             ok.append(name)
