@@ -35,7 +35,7 @@ from typing import Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
 from ._io import fingerprint
 from .errors import ConfigError, InputFileError
-from .sections import MODEL_SOURCES, known_top_level
+from .sections import MODEL_ONLY, MODEL_SOURCES, MOVED, NOT_PER_MODEL, known_top_level
 
 C = TypeVar("C", bound="Config")
 log = logging.getLogger(__name__)
@@ -288,9 +288,9 @@ class Config:
 def config_from_params(cls: type[C], path: str | Path | None, section: str, *, model: str | None = None) -> C:
     """Build config ``cls`` from ``section`` of the params file ``path`` (defaults when ``path`` is None).
 
-    With ``model``, ``models.<model>.<section>`` is read when it exists, else the top-level ``section``
-    (a pipeline with several models keeps per-model sections, e.g. ``intake`` and ``task``, under ``models``).
-    Every error names the file: ``PATH:section.field: ...``.
+    With ``model``, the section is :func:`section_for_model`'s: ``models.<model>.<section>`` merged key by key over
+    the top-level ``section`` (nested mappings merged too), so a model's entry overrides only the keys it writes.
+    ``section`` may be dotted (``bundle.verify``). Every error names the file: ``PATH:section.field: ...``.
 
     Raises:
         InputFileError: the params file is missing or not YAML.
@@ -298,23 +298,64 @@ def config_from_params(cls: type[C], path: str | Path | None, section: str, *, m
     """
     if path is None:
         return cls()
-    if model is not None:
-        models = load_params(path, "models")
-        if model not in models:
-            raise ConfigError(f"{path}: model {model!r} is not under 'models' (it has {', '.join(sorted(models)) or 'none'}); fix --model")
-        if isinstance(models[model], dict) and section in models[model]:
-            section = f"models.{model}.{section}"
-    if cls.PARAMS_OPTIONAL and not has_section(path, section):
+    if cls.PARAMS_OPTIONAL and not has_section(path, section, model=model):
         log.info("%s: no %r section; using its defaults ('quantkit params %s' lists them)", path, section, section)
         return cls()
-    data = load_params(path, section)
+    data, where = section_for_model(path, section, model)
     try:
-        return cls.from_dict(data, where=f"{path}:{section}")
+        try:
+            return cls.from_dict(data, where=f"{path}:{where}")
+        except ConfigError:
+            top = _walk(_read_params(Path(path)), section)
+            if where != section and isinstance(top, dict):  # merged: name the top-level section when the fault is there
+                cls.from_dict(top, where=f"{path}:{section}")
+            raise
     except ConfigError as e:
         msg = str(e)
         if msg.startswith(f"{path}:"):
             raise
         raise type(e)(f"{path}:{msg}") from None  # checks in validate() name only "section.field"
+
+
+def merge_over(base: Any, override: Any) -> Any:
+    """``override`` merged key by key over ``base``: mappings recursively, anything else (a list, a value) replaced
+    whole. Neither argument is changed."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        out = dict(base)
+        for k, v in override.items():
+            out[k] = merge_over(base[k], v) if k in base else v
+        return out
+    return override
+
+
+def section_for_model(path: str | Path, section: str, model: str | None) -> tuple[dict[str, Any], str]:
+    """``(data, where)``: the top-level ``section`` of the params file with ``models.<model>.<section>`` merged over it
+    key by key (:func:`merge_over`); ``where`` names what was read (``quantize``, ``models.m.quantize``, or
+    ``quantize + models.m.quantize``) for messages. This is the one resolver of per-model settings.
+
+    Raises:
+        InputFileError: the file is missing or not YAML.
+        ConfigError: ``model`` is not under ``models``, or neither place has the section, or it is not a mapping.
+    """
+    p = Path(path)
+    data = _read_params(p)
+    _check_keys(p, data)
+    top = _walk(data, section)
+    own = None
+    if model is not None:
+        models = data.get("models") if isinstance(data, dict) else None
+        if not isinstance(models, dict) or model not in models:
+            names = ", ".join(sorted(models)) if isinstance(models, dict) else ""
+            raise ConfigError(f"{p}: model {model!r} is not under 'models' (it has {names or 'none'}); fix --model")
+        own = _walk(models[model], section)
+    for value, name in ((top, section), (own, f"models.{model}.{section}")):
+        if value is not None and not isinstance(value, dict):
+            raise ConfigError(f"{p}: section {name!r} must be a mapping")
+    if top is None and own is None:
+        raise ConfigError(f"{p}: section {section!r} is missing; add it ('quantkit params {section}' lists its keys and defaults)")
+    if own is None:
+        return dict(top), section
+    return (dict(own) if top is None else merge_over(top, own)), f"models.{model}.{section}"
 
 
 def _read_params(p: Path) -> Any:
@@ -359,8 +400,11 @@ def _check_keys(path: Path, data: Any) -> None:
     """Refuse a misspelt section: a top-level key (or a key of ``models.<name>``) that is not a known section but
     reads like one (difflib ratio >= 0.75, e.g. ``reprot``, ``quantise``). A known name plus ``_suffix``
     (``quantize_night``, ``export_kw``) is a named variant a command reads with ``--section``; other unknown
-    top-level keys may belong to the user's own DVC stages: both are logged at debug level, not refused. Under ``models.<name>`` every key must be ``source``
-    (``demo`` or ``file``), ``file`` or a section name.
+    top-level keys may belong to the user's own DVC stages: both are logged at debug level, not refused. Under
+    ``models.<name>`` every key must be ``source`` (``demo`` or ``file``), ``file`` or a section a model may override
+    (not ``demo``, ``fleet``, ``candidate``). A set key where quantkit does not read it (``calibrations``, ``site_sets``,
+    ``pool``, at the top or in a model; :data:`quantkit.sections.MOVED`) and a model's own section at the top
+    (``sets``) are refused, naming where they go.
 
     Raises:
         ConfigError: naming the key and the section it resembles.
@@ -371,6 +415,11 @@ def _check_keys(path: Path, data: Any) -> None:
         return
     known = known_top_level()
     for key in data:
+        if key in MOVED:
+            raise ConfigError(f"{path}: top-level {key!r} is not read: each model has its own sets; write {MOVED[key]} "
+                              "('quantkit params sets' lists the keys)")
+        if key in MODEL_ONLY:
+            raise ConfigError(f"{path}: top-level {key!r} is not read: it belongs to one model; move it under models.<name>.{key}")
         if key in known or any(str(key).startswith(k + "_") for k in known):  # a named variant read with --section
             continue
         near = difflib.get_close_matches(str(key), sorted(known), n=1, cutoff=0.75)
@@ -379,9 +428,15 @@ def _check_keys(path: Path, data: Any) -> None:
         log.debug("%s: top-level key %r is not a quantkit section (left to other DVC stages)", path, key)
     models = data.get("models")
     if isinstance(models, dict):
-        allowed = known | {"file", "source"}
+        allowed = (known - set(NOT_PER_MODEL)) | {"file", "source"}
         for name, entry in models.items():
             for key in entry if isinstance(entry, dict) else ():
+                if key in MOVED:
+                    raise ConfigError(f"{path}: models.{name}.{key} is not read; write {MOVED[key].replace('<name>', str(name))} "
+                                      "('quantkit params sets' lists the keys)")
+                if key in NOT_PER_MODEL:
+                    raise ConfigError(f"{path}: models.{name}.{key} is not read: {key!r} is the pipeline's, not one model's; "
+                                      f"set it at the top level")
                 if key not in allowed:
                     near = difflib.get_close_matches(str(key), sorted(allowed), n=1, cutoff=0.6)
                     hint = f"did you mean {near[0]!r}?" if near else "a model takes 'source', 'file' and per-model sections (intake, task, ...)"

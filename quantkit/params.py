@@ -25,6 +25,7 @@ import sys
 import textwrap
 import types
 import typing
+from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
 from ._overwrite import FileKind, text_with
@@ -267,3 +268,81 @@ def render_text(sections: list[SectionDoc]) -> str:
                 out.extend("      " + line for line in textwrap.wrap(k.doc, 96))
         out.append("")
     return "\n".join(out)
+
+
+@dataclasses.dataclass(frozen=True)
+class EffectiveKey:
+    """One setting a model runs with: ``key`` dotted from its section (``fallback.target``), ``value`` as YAML flow
+    text, and ``source``: ``models.<name>.<key>`` (the model's own), ``<key>`` (the top-level section) or ``default``."""
+
+    key: str
+    value: str
+    source: str
+
+
+EFFECTIVE_SECTIONS = ("intake", "task", "sets", "quantize", "quantize_candidate", "fallback", "thresholds", "drift", "report",
+                      "measure", "bundle", "bundle.verify", "verify")
+"""The sections a model's stages read through :func:`quantkit.config.config_from_params` with ``model=``, in pipeline order."""
+
+
+def effective_settings(path: str | Path, model: str) -> list[EffectiveKey]:
+    """Every setting ``model`` of the params file ``path`` runs with, each with where it came from (the one resolver,
+    :func:`quantkit.config.section_for_model`, applied to each of :data:`EFFECTIVE_SECTIONS` the file or the model
+    has; the rest are the config's defaults).
+
+    Raises:
+        InputFileError: the file is missing or not YAML.
+        ConfigError: ``model`` is not under ``models``, or a section does not validate (the message names it).
+    """
+    from .config import _read_params, _walk, config_from_params, load_params, section_for_model
+
+    models = load_params(path, "models")
+    if model not in models:
+        raise ConfigError(f"{path}: model {model!r} is not under 'models' (it has {', '.join(sorted(models)) or 'none'}); fix --model")
+    data = _read_params(Path(path))
+    out: list[EffectiveKey] = []
+    for section in EFFECTIVE_SECTIONS:
+        cls = config_class(section)
+        if not has_any(data, models[model], section) and not cls.PARAMS_OPTIONAL:
+            continue
+        if any(s.startswith(section + ".") for s in SECTIONS):  # nested sections (bundle.verify) are their own configs
+            raw, where = section_for_model(path, section, model)
+            raw = {k: v for k, v in raw.items() if f"{section}.{k}" not in SECTIONS}
+            values = cls.from_dict(raw, where=f"{path}:{where}").to_dict()
+        else:
+            values = config_from_params(cls, path, section, model=model).to_dict()
+        for key, value in _flatten(values, section):
+            own = _walk(models[model], key)
+            source = f"models.{model}.{key}" if own is not None else key if _walk(data, key) is not None else "default"
+            out.append(EffectiveKey(key, json.dumps(value, sort_keys=True, ensure_ascii=False), source))
+    targets = data.get("targets") if isinstance(data, dict) else None
+    own_targets = models[model].get("targets") if isinstance(models[model], dict) else None
+    for runtime, spec in ((own_targets or targets) or {}).items():
+        out.append(EffectiveKey(f"targets.{runtime}", json.dumps(spec, sort_keys=True), f"models.{model}.targets" if own_targets else "targets"))
+    return out
+
+
+def has_any(data: Any, entry: Any, section: str) -> bool:
+    """Whether the top level of ``data`` or the model's ``entry`` has ``section``."""
+    from .config import _walk
+
+    return _walk(data, section) is not None or _walk(entry, section) is not None
+
+
+def _flatten(value: Any, prefix: str) -> list[tuple[str, Any]]:
+    """``(dotted key, leaf value)`` pairs of a nested mapping (``schema_version`` left out); lists stay whole."""
+    if not isinstance(value, dict):
+        return [(prefix, value)]
+    out: list[tuple[str, Any]] = []
+    for k, v in value.items():
+        if k != "schema_version":
+            out.extend(_flatten(v, f"{prefix}.{k}"))
+    return out
+
+
+def render_effective(model: str, keys: list[EffectiveKey]) -> str:
+    """A terminal table of :func:`effective_settings`: key, value, and where it came from."""
+    width = max((len(k.key) for k in keys), default=10)
+    lines = [f"{model}: the settings its stages run with (models.{model}.<section> merged key by key over <section>)"]
+    lines += [f"  {k.key:<{width}}  {k.value:<40}  {k.source}" for k in keys]
+    return "\n".join(lines) + "\n"

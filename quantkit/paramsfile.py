@@ -188,20 +188,6 @@ def pipeline_models(path: str | Path) -> list[str]:
     return [str(n) for n in models]
 
 
-def site_set_dirs(path: str | Path, root: str | Path = "site_sets") -> list[Path]:
-    """``root/<name>`` for each name of the params file's ``site_sets`` list (the site sets the main job evaluates).
-
-    Raises:
-        InputFileError: the file is missing or not YAML.
-        ConfigError: ``site_sets`` is missing, empty or not a list of names.
-    """
-    p = Path(path)
-    names = _read_params(p).get("site_sets")
-    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
-        raise ConfigError(f"{p}: site_sets must be a non-empty list of site set names (folders under {root}/)")
-    return [Path(root) / n for n in names]
-
-
 def targets(path: str | Path | None) -> dict[str, str] | None:
     """The params file's ``targets`` (``{runtime: {placement: NAME}}``) as ``{runtime: placement}`` in the file's order;
     None without a file or without the key (then each runtime runs the deployed record's own file). Each target runtime

@@ -25,25 +25,20 @@ SECTIONS: dict[str, str] = {
     "verify": "quantkit.bundle.deployment:DeploymentVerifyConfig",
     "export": "quantkit.export.config:TorchExportConfig",
     "fleet": "quantkit.fleet.config:FleetConfig",
+    "sets": "quantkit.calibset.model_sets:ModelSets",
+    "candidate": "quantkit.calibset.model_sets:CandidateConfig",
 }
 """``params.yaml`` section (dotted for a nested one) -> ``"module:ConfigClass"`` read from it."""
 
 NOT_CONFIG = {
     "models": "the main job's models: ``{name: {source: demo|file, file: PATH, intake: {...}, task: {...}}}`` (``source: file``, the "
               "default: your own file, a dependency no stage writes; ``demo``: written by the demo_model stage); every stage of "
-              "dvc.yaml runs for each; `quantkit <cmd> --model NAME` reads "
-              "``models.NAME.<section>`` first, then the top-level section (``intake`` and ``task`` as above)",
-    "calibrations": "``{role: {calibration_set: DIR, reference_set: DIR}}`` for the deployed role (dvc.yaml, "
-                    "and `quantkit quantize/bind --role ROLE`); the candidate is built by the candidate stages (``candidate``)",
-    "candidate": "read by dvc.yaml only (compose_candidate .. bind_candidate): ``images_per_set`` (of the deployed set and of "
-                 "each pool set), ``pool`` (``{pool: [SET, ...]}``: sets covering the conditions drift flags), ``reference_sets``, "
-                 "and their renderings as `quantkit fallback` / `calibset compose` flags (``reference_args``, ``reference_union``)",
+              "dvc.yaml runs for each, on the model's own image sets (``sets``); `quantkit <cmd> --model NAME` reads "
+              "``models.NAME.<section>`` merged key by key over the top-level section (`quantkit params show --model NAME`)",
     "targets": "``{runtime: {placement: NAME}}``: the target runtimes of each model's deployed INT8 (dvc.yaml ``place`` .. "
                "``verify``): one file per runtime from the deployed record's ranges with that runtime's Q/DQ placement "
                "(`quantkit quantize --ranges-from RECORD --target RUNTIME`), bound, bundled to ``dist/<model>/<runtime>/`` "
                "and verified on that runtime; placements in :mod:`quantkit.quantize.placement`",
-    "site_sets": "the site set names (folders under ``site_sets/``) evaluated, verified and reported (dvc.yaml, "
-                 "`quantkit verify --site-sets-from`)",
 }
 """Top-level ``params.yaml`` keys that are not a config section (listed in the reference as they are)."""
 
@@ -57,3 +52,20 @@ def known_top_level() -> set[str]:
 MODEL_SOURCES = ("demo", "file")
 """``models.<name>.source``: ``demo`` (the demo_model stage writes ``file`` from a wheel) or ``file`` (the user's own
 file: a dependency of the model's intake, never a stage's output). The default is ``file``."""
+
+
+MODEL_ONLY = ("sets",)
+"""Sections that belong to one model: written under ``models.<name>`` only (a top-level one is refused)."""
+
+NOT_PER_MODEL = ("demo", "fleet", "models", "candidate")
+"""Top-level keys a model's entry cannot override (they are the pipeline's, not one model's)."""
+
+MOVED = {
+    "calibrations": "models.<name>.sets.calibration (a folder of sets) and models.<name>.sets.deployed",
+    "site_sets": "models.<name>.sets.site (a folder of site sets)",
+    "calibration_set": "models.<name>.sets.calibration (a folder of sets) and models.<name>.sets.deployed.calibration",
+    "reference_set": "models.<name>.sets.reference (a folder of sets) and models.<name>.sets.deployed.reference",
+    "reference_sets": "models.<name>.sets.reference (a folder of sets)",
+    "pool": "models.<name>.sets.calibration (every set in it is the candidate's pool)",
+}
+"""Set keys written where quantkit does not read them -> where they go (``config._check_keys`` refuses them there)."""

@@ -1,5 +1,5 @@
 """The main job's models come from params.yaml `models` alone (issue #30): the model list, where each file comes from,
-the site sets, and the commands that read them (report, measure, verify) without naming a model."""
+and the commands that read them (report, measure, verify) without naming a model."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from quantkit.cli.main import main
-from quantkit.paramsfile import pipeline_models, site_set_dirs
+from quantkit.paramsfile import pipeline_models
 from quantkit.demo.synth import DemoConfig
 from quantkit.errors import ConfigError
 
@@ -41,12 +41,6 @@ def test_empty_models_says_how_to_add_one(tmp_path):
         pipeline_models(_params(tmp_path, {"models": {}}))
 
 
-def test_site_set_dirs_follow_params(tmp_path):
-    assert site_set_dirs(_params(tmp_path, {"site_sets": ["a", "b"]})) == [Path("site_sets/a"), Path("site_sets/b")]
-    with pytest.raises(ConfigError, match="site_sets must be a non-empty list"):
-        site_set_dirs(_params(tmp_path, {"site_sets": "a"}))
-
-
 def test_demo_models_are_named_packaged_models():
     assert DemoConfig.from_dict({"models": ["ppocr_det"]}).models == ("ppocr_det",)
     with pytest.raises(ConfigError, match="demo.models: yolo not a demo model"):
@@ -70,7 +64,7 @@ def test_report_and_measure_without_models_or_params_say_what_to_pass(tmp_path, 
     for cmd in ("report", "measure"):
         assert main([cmd, "--out", str(tmp_path / "out")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and "--model WORK_DIR" in err[0] and "--params params.yaml" in err[0]
+        assert len(err) == 1 and "--model names a model" in err[0] and "--params params.yaml" in err[0]
 
 
 def test_report_reads_each_params_model_from_the_work_folder(tmp_path, capsys):
@@ -80,11 +74,19 @@ def test_report_reads_each_params_model_from_the_work_folder(tmp_path, capsys):
     assert f"{tmp_path / 'work' / 'mine'}: model work folder not found" in err
 
 
-def test_verify_takes_site_sets_from_params(tmp_path, capsys):
-    p = _params(tmp_path, {"site_sets": []})
+def test_verify_takes_the_models_own_site_sets(tmp_path, capsys):
+    p = _params(tmp_path, {"models": {"m": {"file": "m.onnx"}}})
     assert main(["verify", str(tmp_path / "dist"), "--out", str(tmp_path / "v.json"), "--fp32", str(tmp_path),
-                 "--site-sets-from", str(p)]) == 2
-    assert "site_sets must be a non-empty list" in capsys.readouterr().err
+                 "--params", str(p), "--model", "m"]) == 2
+    assert "models.m.sets is missing" in capsys.readouterr().err
+
+
+def test_report_and_measure_refuse_a_work_folder_as_model(tmp_path, capsys):
+    """``--model`` is a model of params.yaml everywhere; a work folder given there says where it goes."""
+    p = _params(tmp_path, {"models": {"mine": {"file": "models/mine.onnx"}}})
+    assert main(["report", "--params", str(p), "--model", "work/models/mine", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "--model work/models/mine: not a model under 'models'" in err and "--work/NAME" in err
 
 
 def test_models_add_offers_every_resize_policy():
@@ -125,6 +127,6 @@ def test_models_add_refuses_a_path_the_new_models_own_stages_write(tmp_path, mon
     (tmp_path / "dist" / "foo" / "openvino").mkdir(parents=True)
     onnx.save(yolov8_like(), tmp_path / "dist" / "foo" / "openvino" / "m.onnx")
     before = (tmp_path / "params.yaml").read_bytes()
-    assert main(["models", "add", "foo", "dist/foo/openvino/m.onnx", "--params", "params.yaml", "--yes"]) == 2
+    assert main(["models", "add", "foo", "dist/foo/openvino/m.onnx", "--params", "params.yaml", "--yes", "--share-sets-of", "ppocr_det"]) == 2
     assert "written by the DVC stage bundle@foo-openvino" in capsys.readouterr().err
     assert (tmp_path / "params.yaml").read_bytes() == before

@@ -115,16 +115,16 @@ def test_openvino_linear_resize_is_reported_where_its_codes_differ():
 
 
 def test_doctor_lists_the_patterns_a_model_uses(tmp_path, capsys):
-    """``doctor --model``: the patterns of a QDQ model (where, and each runtime's cell); a float model has none."""
+    """``doctor --quantized``: the patterns of a QDQ model (where, and each runtime's cell); a float model has none."""
     import onnx
 
     q = tmp_path / "q.onnx"
     onnx.save(get_pattern("resize_linear_asymmetric").build().model, q)
-    assert main(["doctor", "--runtime", "onnxruntime", "--model", str(q)]) == 0
+    assert main(["doctor", "--runtime", "onnxruntime", "--quantized", str(q)]) == 0
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.strip().startswith("resize_linear_asymmetric ") and " at " in x)
     assert "onnxruntime[all] ok" in line and line.endswith("at resize")
-    assert main(["doctor", "--runtime", "onnxruntime", "--model", str(q), "--json"]) == 0
+    assert main(["doctor", "--runtime", "onnxruntime", "--quantized", str(q), "--json"]) == 0
     used = json.loads(capsys.readouterr().out)["model"]["patterns"]
     assert {"pattern": "resize_linear_asymmetric", "nodes": ["resize"], "verdicts": {"onnxruntime[all]": "agree", "onnxruntime[disable]": "agree"}} in used
     f = tmp_path / "float.onnx"
@@ -133,7 +133,7 @@ def test_doctor_lists_the_patterns_a_model_uses(tmp_path, capsys):
     m.graph.node.extend([onnx.helper.make_node("Relu", ["x"], ["resize_out"])])
     m.graph.output[0].name = "resize_out"
     onnx.save(m, f)
-    assert main(["doctor", "--runtime", "onnxruntime", "--model", str(f)]) == 0
+    assert main(["doctor", "--runtime", "onnxruntime", "--quantized", str(f)]) == 0
     assert "uses none of the suite's quantized patterns" in capsys.readouterr().out
 
 

@@ -1,10 +1,12 @@
 """End to end: the real `dvc repro` pipeline on a reduced demo (fewer, smaller images).
 
 Runs the same dvc.yaml as the README's quickstart in a scratch git repository, with a user's own model beside the
-two demo models (a small classifier built here, added to params.yaml `models` and nothing else), then checks what
-the issues promise: the report exists with every model, the user's file is untouched, a second `dvc repro` does
-nothing, changing the calibration method invalidates calibration and what depends on it but not the data or the
-intake, and removing the model from params removes it from the report.
+two demo models (a small classifier built here, with its own labelled calibration, reference and site sets, added to
+params.yaml `models` and nothing else), then checks what the issues promise: the report exists with every model, the
+user's model is calibrated on its own set and judged only on its own site sets, the user's file is untouched, a second
+`dvc repro` does nothing, editing the user's site set re-runs only its stages, changing the calibration method
+invalidates calibration and what depends on it but not the data or the intake, and removing the model from params
+removes it from the report and leaves the demo's metrics as they were.
 """
 
 from __future__ import annotations
@@ -49,9 +51,36 @@ def user_model() -> bytes:
     return model.SerializeToString()
 
 
+USER_SETS = {"calibration": f"data/{USER_MODEL}/calibration", "reference": f"data/{USER_MODEL}/reference",
+             "site": f"data/{USER_MODEL}/site", "deployed": {"calibration": "day", "reference": "day"}}
+
+
+def user_sets(repo: Path) -> None:
+    """The user's own registered sets, made for the classifier (RGB patches, each dominated by one channel, labelled
+    with that class), under data/<model>/<kind>/{day,night}: night is darker and noisier."""
+    from PIL import Image
+
+    rng = np.random.default_rng(5)
+    for kind, n in (("calibration", 6), ("reference", 6), ("site", 6)):
+        for cond, level in (("day", 190), ("night", 70)):
+            folder = repo / "data" / USER_MODEL / kind / cond
+            (folder / "images").mkdir(parents=True)
+            labels = {}
+            for i in range(n):
+                img = rng.normal(level * 0.3, 8 if cond == "day" else 20, (48, 48, 3))
+                img[..., i % 3] += level
+                Image.fromarray(np.clip(img, 0, 255).astype(np.uint8)).save(folder / "images" / f"{i:02d}.png")
+                labels[f"images/{i:02d}.png"] = {"class": i % 3}
+            (repo / f"labels-{kind}-{cond}.json").write_text(json.dumps(labels))
+            r = _run(["quantkit", "calibset", "register", str(folder), "--name", cond, "--kind", kind, "--lighting", cond,
+                      "--camera", "line1", "--labels", str(repo / f"labels-{kind}-{cond}.json")], repo)
+            assert r.returncode == 0, r.stderr
+            (repo / f"labels-{kind}-{cond}.json").unlink()
+
+
 def user_entry() -> dict:
     """What a user adds to params.yaml `models` for their own file (README "Your own model")."""
-    return {"source": "file", "file": USER_FILE,
+    return {"source": "file", "file": USER_FILE, "sets": USER_SETS,
             "intake": {"input_size": [64, 64], "preprocessing": {"input_name": "x", "color_order": "RGB", "layout": "NCHW",
                                                                  "scale": 0.00392156862745098, "mean": [0.0, 0.0, 0.0],
                                                                  "std": [1.0, 1.0, 1.0], "resize_policy": "stretch"}},
@@ -81,8 +110,7 @@ def reduced_params() -> dict:
                          events=[{"name": "refocus", "kind": "defocus", "camera": "a02", "start_day": 3, "defocus_px": 3.0}])
     fleet["score"].update(model_every=3, clip_fraction=0.0)
     fleet["check"].update(reference_windows=2, repeats=200)
-    params["candidate"]["images_per_set"] = 4
-    params["candidate"]["reference_union"] = {"from": params["candidate"]["reference_sets"]}  # every image: the reduced sets have 6
+    params["candidate"].update(images_per_set=4, reference_images_per_set=6)  # every image: the reduced sets have 6
     params["fallback"].update(prune=0, max_reference_images=3, latency={"runtimes": ["onnxruntime"], "threads": [1], "repeats": 3})
     params["measure"].update(runtimes=["onnxruntime"], threads=[1], repeats=3, images=1)
     # CI time: the settings below only change how much each stage samples, not what it does
@@ -107,6 +135,7 @@ def pipeline(tmp_path_factory) -> Path:
     (repo / "params.yaml").write_text(yaml.safe_dump(reduced_params(), sort_keys=False))
     (repo / "models").mkdir()
     (repo / USER_FILE).write_bytes(user_model())  # the user's own file, committed to git (or `dvc add`ed) by the user
+    user_sets(repo)  # and the user's own image sets, likewise
     for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "-c", "user.email=ci@quantkit", "-c", "user.name=ci", "commit", "-qm", "init"]):
         assert _run(cmd, repo).returncode == 0
     result = _run(["dvc", "repro"], repo)
@@ -120,12 +149,19 @@ def test_users_model_runs_through_every_stage_and_its_file_is_untouched(pipeline
     lock = yaml.safe_load((pipeline / "dvc.lock").read_text())["stages"]
     per_model = {name.split("@")[0] for name in lock if "@" in name and not name.startswith(("demo_", "fleet"))}
     ran_for_user = {name.split("@")[0] for name in lock if USER_MODEL in name}
-    assert ran_for_user == per_model - {"compose_candidate_reference"}, per_model - ran_for_user
+    assert ran_for_user == per_model, per_model - ran_for_user
     assert not any(USER_FILE in str(out) for stage in lock.values() for out in stage.get("outs", []))  # a dependency, never an output
     html = (pipeline / "reports" / "shift_report.html").read_text()
     assert f"Model {USER_MODEL}" in html and "classification" in html
     metrics = json.loads((pipeline / "reports" / "metrics.json").read_text())
-    assert "agreement.top1" in metrics[USER_MODEL]["cam1-day"]["deployed"]
+    assert "agreement.top1" in metrics[USER_MODEL]["day"]["deployed"] and "night" in metrics[USER_MODEL]
+    assert not {"cam1-day", "cam1-night", "cam2-day"} & set(metrics[USER_MODEL])  # judged only on its own site sets
+    record = json.loads((pipeline / "work" / "models" / USER_MODEL / "quantize" / "deployed" / "record.json").read_text())
+    assert record["calibration_set"]["path"] == f"data/{USER_MODEL}/calibration/day"  # calibrated on its own set
+    for stage, entry in lock.items():  # no stage of the user's model reads the demo's sets, none of the demo's reads the user's
+        deps = {d["path"] for d in entry.get("deps", [])}
+        assert not (USER_MODEL in stage and deps & {"calibration_sets", "reference_sets", "site_sets"}), stage
+        assert not (USER_MODEL not in stage and any(d.startswith("data/") for d in deps)), stage
     speed = json.loads((pipeline / "reports" / "machine" / USER_MODEL / "measurements.json").read_text())
     assert {r["variant"] for r in speed["latency"]} == {"fp32", "deployed", "candidate"}
 
@@ -164,6 +200,23 @@ def test_repro_writes_report_and_metrics_for_every_model(pipeline: Path):
 def test_second_repro_does_nothing(pipeline: Path):
     status = _run(["dvc", "status", "--json"], pipeline)
     assert status.returncode == 0 and json.loads(status.stdout) == {}
+
+
+def test_editing_the_users_site_set_reruns_only_its_stages(pipeline: Path):
+    """A new image in the user's night site set (re-registered): only the user's model's stages and the report re-run."""
+    folder = pipeline / "data" / USER_MODEL / "site" / "night"
+    manifest = (folder / "manifest.json").read_bytes()
+    shutil.copy(folder / "images" / "00.png", folder / "images" / "99.png")
+    try:
+        assert _run(["quantkit", "calibset", "register", str(folder), "--name", "night", "--kind", "site"], pipeline).returncode == 0
+        status = json.loads(_run(["dvc", "status", "--json"], pipeline).stdout)
+    finally:
+        (folder / "images" / "99.png").unlink()
+        (folder / "manifest.json").write_bytes(manifest)
+    changed = set(status)
+    assert changed and all(USER_MODEL in name or name == "report" for name in changed), changed
+    assert {f"evaluate@{USER_MODEL}", f"drift@{USER_MODEL}"} <= changed
+    assert json.loads(_run(["dvc", "status", "--json"], pipeline).stdout) == {}
 
 
 def test_changing_method_reruns_only_calibration_and_downstream(pipeline: Path):
@@ -255,7 +308,7 @@ def test_recalibration_refuses_old_thresholds_and_shows_in_metrics_diff(pipeline
     shutil.copy(pipeline / "work" / "models" / "ppocr_det" / "thresholds" / "deployed.json", old_thresholds)
 
     params = yaml.safe_load((pipeline / "params.yaml").read_text())
-    params["calibrations"]["deployed"] = {"calibration_set": "calibration_sets/cam1-night", "reference_set": "reference_sets/cam1-night"}
+    params["models"]["ppocr_det"]["sets"]["deployed"] = {"calibration": "cam1-night", "reference": "cam1-night"}
     (pipeline / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     result = _run(["dvc", "repro", "report"], pipeline)  # the report and what it reads (not bundle, verify, fleet)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -284,13 +337,17 @@ def test_recalibration_refuses_old_thresholds_and_shows_in_metrics_diff(pipeline
 
 
 def test_removing_a_model_from_params_removes_it_from_the_report(pipeline: Path):
-    """Last in this file (it changes the scratch repository): the model list is params.yaml's, nothing else."""
+    """Last in this file (it changes the scratch repository): the model list is params.yaml's, nothing else; the demo's
+    metrics are the same bytes with or without the user's model (no demo stage re-runs)."""
+    before = json.loads((pipeline / "reports" / "metrics.json").read_text())
     params = yaml.safe_load((pipeline / "params.yaml").read_text())
     del params["models"][USER_MODEL]
     (pipeline / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     result = _run(["dvc", "repro", "report"], pipeline)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "Running stage 'report'" in result.stdout
-    assert USER_MODEL not in json.loads((pipeline / "reports" / "metrics.json").read_text())
+    assert [line for line in result.stdout.splitlines() if line.startswith("Running stage")] == ["Running stage 'report':"]
+    after = json.loads((pipeline / "reports" / "metrics.json").read_text())
+    assert USER_MODEL not in after and {m: after[m] for m in DEMO_MODELS} == {m: before[m] for m in DEMO_MODELS}
     assert f"Model {USER_MODEL}" not in (pipeline / "reports" / "shift_report.html").read_text()
     assert sha256(pipeline / USER_FILE) == hashlib.sha256(user_model()).hexdigest()

@@ -24,9 +24,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("quant_dir", type=Path, help="quantized folder: model_int8.onnx + record.json (e.g. work/models/ppocr_det/quantize/deployed)")
     p.add_argument("--fp32", type=Path, required=True, help="intake folder: model.onnx + export_note.json (e.g. work/models/ppocr_det/intake)")
     p.add_argument("--reference", type=Path, help="reference set folder (images/ + manifest.json)")
-    p.add_argument("--role", help="take the reference set from params calibrations.ROLE.reference_set (e.g. deployed)")
+    p.add_argument("--role", help="with --model: take the reference set from params models.MODEL.sets (deployed: its deployed set)")
     p.add_argument("--params", type=Path, help="params.yaml; options from its 'task' and 'thresholds' sections")
-    p.add_argument("--model", help="name under params 'models' whose sections (task, ...) override the top-level ones")
+    p.add_argument("--model", help="name under params 'models': its sections (task, thresholds, ...) are merged over the top-level ones")
     p.add_argument("--mode", choices=["keep_fp32", "fixed_far", "target_recall", "best_f1"], help="override thresholds.operating_point.mode")
     p.add_argument("--history", type=Path, help="append-only JSON Lines history (e.g. thresholds/history-ppocr_det-deployed.jsonl)")
     p.add_argument("--out", type=Path, required=True, help="threshold set JSON to write (atomically)")
@@ -43,9 +43,9 @@ def run(args: argparse.Namespace) -> int:
     from ..errors import ConfigError
     from ._roles import role_path
 
-    reference = role_path(args.reference, args.params, args.role, "reference_set", "--reference")
+    reference = role_path(args.reference, args.params, args.model, args.role, "reference", "--reference")
     if reference is None:
-        raise ConfigError("bind needs the reference set: pass --reference DIR or --role ROLE with --params")
+        raise ConfigError("bind needs the reference set: pass --reference DIR, or --role deployed --model NAME --params params.yaml")
     cfg = config_from_params(ThresholdsConfig, args.params, "thresholds", model=args.model)
     task = config_from_params(TaskConfig, args.params, "task", model=args.model).make()
     if args.mode:

@@ -22,7 +22,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("quantized", type=Path, help="folder with model_int8.onnx and record.json (e.g. work/quantize/deployed)")
     p.add_argument("--thresholds", type=Path, required=True, help="threshold set bound to that record (e.g. work/thresholds/deployed.json)")
     p.add_argument("--fp32", type=Path, required=True, help="intake folder with model.onnx and export_note.json (e.g. work/intake)")
-    p.add_argument("--golden", type=Path, required=True, help="set folder (images/ + manifest.json) giving the golden images")
+    p.add_argument("--golden", type=Path, help="set folder (images/ + manifest.json) giving the golden images")
+    p.add_argument("--role", help="with --model: the golden images from params models.MODEL.sets (deployed: its deployed reference set)")
+    p.add_argument("--model", help="name under params 'models': its bundle section is merged over the top-level one")
     p.add_argument("--out", type=Path, required=True, help="output folder (replaced atomically; may hold only an earlier bundle)")
     p.add_argument("--params", type=Path, help="params.yaml; options from its 'bundle' section")
     p.add_argument("--golden-count", type=int, help="number of golden images (first K in manifest order; default 4)")
@@ -33,16 +35,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..bundle import BundleConfig, build_bundle
-    from ..config import has_section, load_params
+    from ..config import has_section, section_for_model
+    from ..errors import ConfigError
+    from ._roles import role_path
 
-    data = dict(load_params(args.params, "bundle")) if args.params and has_section(args.params, "bundle") else {}
+    golden = role_path(args.golden, args.params, args.model, args.role, "reference", "--golden")
+    if golden is None:
+        raise ConfigError("bundle needs the golden images: pass --golden DIR, or --role deployed --model NAME --params params.yaml")
+    data, where = section_for_model(args.params, "bundle", args.model) if args.params and has_section(args.params, "bundle", model=args.model) \
+        else ({}, "bundle")
+    data = dict(data)
     data.pop("verify", None)  # bundle.verify configures 'quantkit verify'
-    cfg = BundleConfig.from_dict(data, where=f"{args.params}:bundle")
+    cfg = BundleConfig.from_dict(data, where=f"{args.params}:{where}")
     if args.golden_count is not None:
         cfg = cfg.replace(golden_count=args.golden_count)
     if args.gzip:
         cfg = cfg.replace(compress=True)
-    result = build_bundle(args.quantized, args.thresholds, args.fp32, args.golden, args.out, cfg)
+    result = build_bundle(args.quantized, args.thresholds, args.fp32, golden, args.out, cfg)
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict(), indent=2, sort_keys=True) + "\n")
         return 0

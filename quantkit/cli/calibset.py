@@ -65,11 +65,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    "into DEST/images and register DEST; the manifest records the composition.")
     c.add_argument("dest", help="new set folder (must not exist)")
     c.add_argument("--from", dest="sources", action="extend", nargs="+", required=True, metavar="SET[:N]",
-                   help="source set folder, optionally :N images; repeat for each source (with --cover: the base set only)")
+                   help="source set folder, optionally :N images, or a folder of sets (at most N of each); repeat for each source "
+                        "(with --cover: the base set only)")
     c.add_argument("--cover", action="extend", nargs="+", metavar="DRIFT", default=None,
                    help="drift results (files or folders, e.g. work/drift): add, for each condition (camera, lighting) they flag, "
                         "the --pool set of that condition with the base's image count")
-    c.add_argument("--pool", action="extend", nargs="+", metavar="SET", default=None, help="with --cover: calibration sets to pick from")
+    c.add_argument("--pool", action="extend", nargs="+", metavar="SET", default=None,
+                   help="with --cover: calibration sets to pick from (a folder of sets: each of them, e.g. a model's sets.calibration)")
     c.add_argument("--name", required=True, help="name of the new set, e.g. cam1-day+night")
     c.add_argument("--kind", choices=("calibration", "reference", "site"), help=f"what the set is for (default {_defaults('compose_set')['kind']})")
     c.add_argument("--json", action="store_true", help="print the new set as JSON")
@@ -200,14 +202,26 @@ def _compose(args: argparse.Namespace) -> int:
     from ..calibset import compose_set
     from ..errors import ConfigError
 
-    sources: list = [_parse_source(s) for s in args.sources]
+    from ..calibset import CalibrationSet
+    from ..calibset.model_sets import set_folders
+
+    sources: list = []
+    for path, n in map(_parse_source, args.sources):
+        dirs = set_folders(path)
+        if dirs == [Path(path)]:
+            sources.append((path, n))
+        else:  # a folder of sets: at most N of each
+            sources += [(str(d), None if n is None else min(n, CalibrationSet.load(d).count)) for d in dirs]
+    pool = [str(d) for p in args.pool or [] for d in set_folders(p)]
     notes = []
     if args.cover:
         from ..calibset.cover import covering_sources
 
         if len(sources) != 1:
             raise ConfigError("--cover: give one --from set (the deployed calibration set, e.g. calibration_sets/cam1-day:32); the rest comes from --pool")
-        cov = covering_sources(sources[0], args.cover, args.pool or [])
+        base, n = sources[0]
+        n = None if n is None else min(n, CalibrationSet.load(base).count)  # the pipeline's images_per_set: at most that many
+        cov = covering_sources((base, n), args.cover, pool)
         sources = list(cov.sources)
         notes = [f"drift flagged {name} ({cam}/{light})" for name, cam, light in cov.flagged] or ["drift flagged no site set: the base set alone"]
         notes += [f"warning: no --pool set covers {cam}/{light}; capture and register one" for cam, light in cov.uncovered]

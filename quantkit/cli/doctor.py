@@ -20,7 +20,7 @@ def register(subparsers: Any) -> None:
         "Takes a few seconds.",
     )
     p.add_argument("--runtime", action="append", metavar="NAME", help="only this runtime (repeatable; default every installed one)")
-    p.add_argument("--model", metavar="FILE", help="a quantized (QDQ) model: also list the patterns it uses, where, and each runtime's verdict")
+    p.add_argument("--quantized", metavar="FILE", help="a quantized (QDQ) model: also list the patterns it uses, where, and each runtime's verdict")
     p.add_argument("--json", action="store_true", help="print the matrix as JSON")
     p.set_defaults(func=run)
 
@@ -29,21 +29,21 @@ def run(args: argparse.Namespace) -> int:
     from ..patterns import pattern_matrix, patterns_in
 
     used = None
-    if args.model:
+    if args.quantized:
         from ..modelio import load_model
 
-        used = patterns_in(load_model(args.model))
+        used = patterns_in(load_model(args.quantized))
     m = pattern_matrix(args.runtime)
     if args.json:
         out = m.to_dict()
         if used is not None:
-            out["model"] = {"path": args.model, "patterns": [{"pattern": p, "nodes": nodes, "verdicts": {
+            out["model"] = {"path": args.quantized, "patterns": [{"pattern": p, "nodes": nodes, "verdicts": {
                 v: (r.verdict if r is not None else None) for v in m.variants for r in [m.verdict(p, v)]}} for p, nodes in used]}
         sys.stdout.write(json.dumps(out, indent=2, sort_keys=True) + "\n")
         return 0
     sys.stdout.write(render(m) + "\n")
     if used is not None:
-        sys.stdout.write(render_model(m, args.model, used) + "\n")
+        sys.stdout.write(render_model(m, args.quantized, used) + "\n")
     return 0
 
 

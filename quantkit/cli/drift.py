@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -18,11 +19,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "model's activation clipping; write a DriftResult JSON saying whether the site changed and how."
         ),
     )
-    p.add_argument("site_set", type=Path, help="site set folder (manifest.json + images/ [+ stats.csv])")
+    p.add_argument("site_set", type=Path, help="site set folder (manifest.json + images/ [+ stats.csv]), or a folder of site sets "
+                   "(a model's sets.site): each is checked, --out is then a folder of <set name>.json")
     p.add_argument("--calibration-set", type=Path, required=True, help="calibration set the deployed model was calibrated on")
     p.add_argument("--quantized", type=Path, help="quantized folder with record.json (e.g. work/quantize/deployed)")
     p.add_argument("--fp32", type=Path, help="intake folder with the FP32 model.onnx (e.g. work/intake)")
     p.add_argument("--params", type=Path, help="params.yaml; options from its 'drift' section")
+    p.add_argument("--model", help="name under params 'models': its drift section (models.MODEL.drift) is merged over the top-level one")
     p.add_argument("--no-clipping", action="store_true", help="skip the activation clipping check")
     p.add_argument("--out", type=Path, help="write the DriftResult JSON here (atomically)")
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
@@ -33,23 +36,58 @@ def run(args: argparse.Namespace) -> int:
     from .._overwrite import check_output_file
     from ..artifacts.drift import DriftResult
     from ..config import config_from_params
-    from ..drift import PLAIN_NAMES, DriftConfig, check_drift
-    from ..drift.advice import diagnose_result
+    from ..drift import DriftConfig, check_drift
     from ..errors import InputFileError
 
-    cfg = config_from_params(DriftConfig, args.params, "drift")
+    from ..calibset.manifest import MANIFEST
+
+    cfg = config_from_params(DriftConfig, args.params, "drift", model=args.model)
+    if args.no_clipping:
+        cfg = cfg.replace(clipping=False)
+    if not (args.site_set / MANIFEST).is_file():
+        return _run_sets(args, cfg)
     if args.out is not None and args.out.is_dir():  # fail before the (slow) check, not after it
         raise InputFileError(f"{args.out}: is a folder; --out takes the drift result's file path, e.g. {args.out / 'site.json'}")
     if args.out is not None:
         check_output_file(args.out, DriftResult.file_kind(), inputs=[args.site_set, args.calibration_set, args.quantized, args.fp32, args.params])
-    if args.no_clipping:
-        cfg = cfg.replace(clipping=False)
     result = check_drift(args.site_set, args.calibration_set, cfg, quantized=args.quantized, fp32=args.fp32)
     if args.out:
         result.save(args.out)
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict(), indent=2, sort_keys=True) + "\n")
         return 0
+    sys.stdout.write(_lines(result, cfg) + "\n")
+    return 0
+
+
+def _run_sets(args: argparse.Namespace, cfg: Any) -> int:
+    """Every set of the folder ``args.site_set``, each written to ``args.out/<set name>.json`` (the folder whole or not at all)."""
+    from .._io import atomic_output_dir
+    from .._overwrite import check_output_dir
+    from ..calibset.model_sets import set_folders
+    from ..drift import check_drift
+
+    sets = set_folders(args.site_set)
+    inputs = [args.site_set, args.calibration_set, args.quantized, args.fp32, args.params]
+    if args.out is not None:
+        check_output_dir(args.out, "drift", inputs=inputs)  # before the (slow) checks, not after them
+    results = [check_drift(s, args.calibration_set, cfg, quantized=args.quantized, fp32=args.fp32) for s in sets]
+    if args.out is not None:
+        with atomic_output_dir(args.out, command="drift", inputs=inputs) as tmp:
+            for s, r in zip(sets, results):
+                r.save(tmp / f"{s.name}.json")
+    if args.json:
+        sys.stdout.write(json.dumps([r.to_dict() for r in results], indent=2, sort_keys=True) + "\n")
+        return 0
+    sys.stdout.write("\n".join(_lines(r, cfg) for r in results) + "\n")
+    return 0
+
+
+def _lines(result: Any, cfg: Any) -> str:
+    """The table of one site set's drift check."""
+    from ..drift import PLAIN_NAMES
+    from ..drift.advice import diagnose_result
+
     verdict = "CHANGED (see the shift report for whether the model still agrees)" if result.changed else "no change"
     out = [f"site set {result.site_set.name} vs calibration set {result.calibration_set.name}: {verdict}"]
     out.append(f"  {'statistic':<26} {'calib':>10} {'site':>10} {'change':>8}  metrics moved")
@@ -67,5 +105,4 @@ def run(args: argparse.Namespace) -> int:
         when = "" if found.action.name in ("check-camera", "retrain") else " if the deployed model no longer agrees with FP32 (the shift report says)"
         out.append(f"  what to do: {found.action.badge}{when}: {found.words}; {found.action.fix}")
     out.extend(f"  warning: {w}" for w in result.warnings)
-    sys.stdout.write("\n".join(out) + "\n")
-    return 0
+    return "\n".join(out)

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -18,14 +19,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "per_image.csv, score_hist.json, detections.json and summary.json to OUT (atomically)."
         ),
     )
-    p.add_argument("site_set", type=Path, help="site set folder (images/ + manifest.json; labels used when present)")
+    p.add_argument("site_set", type=Path, help="site set folder (images/ + manifest.json; labels used when present), or a folder of "
+                   "site sets (a model's sets.site): each is evaluated into OUT/<set name>/")
     p.add_argument("--fp32", type=Path, required=True, help="intake folder: model.onnx + export_note.json")
     p.add_argument("--deployed", type=Path, required=True, help="deployed quantized folder (model_int8.onnx + record.json)")
     p.add_argument("--deployed-thresholds", type=Path, required=True, help="threshold set bound to the deployed record")
     p.add_argument("--candidate", type=Path, help="candidate quantized folder (optional)")
     p.add_argument("--candidate-thresholds", type=Path, help="threshold set bound to the candidate record")
     p.add_argument("--params", type=Path, help="params.yaml; the task adapter and its FP32 thresholds from its 'task' section")
-    p.add_argument("--model", help="name under params 'models' whose sections (task, ...) override the top-level ones")
+    p.add_argument("--model", help="name under params 'models': its sections (task, thresholds, ...) are merged over the top-level ones")
     p.add_argument("--out", type=Path, required=True, help="output folder (e.g. work/eval/cam1-day), replaced whole on success")
     p.add_argument("--json", action="store_true", help="print summary.json instead of a table")
     p.set_defaults(func=run)
@@ -38,7 +40,6 @@ def run(args: argparse.Namespace) -> int:
     from ..tasks import TaskConfig
 
     from ..thresholds import ThresholdsConfig
-    from ..thresholds.causes import causes_hint
 
     task = config_from_params(TaskConfig, args.params, "task", model=args.model).make()
     floor = config_from_params(ThresholdsConfig, args.params, "thresholds", model=args.model).min_agreement
@@ -47,11 +48,26 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--candidate and --candidate-thresholds go together; pass both or neither")
     if args.candidate is not None:
         quantized["candidate"] = (args.candidate, args.candidate_thresholds)
-    result = evaluate(args.site_set, args.fp32, quantized, task, args.out, min_agreement=floor)
-    s = result.summary
+    from ..calibset.manifest import MANIFEST
+    from ..evaluate.sets import evaluate_sets
+
+    if (args.site_set / MANIFEST).is_file():
+        results = [evaluate(args.site_set, args.fp32, quantized, task, args.out, min_agreement=floor)]
+    else:
+        results = evaluate_sets(args.site_set, args.fp32, quantized, task, args.out, min_agreement=floor)
     if args.json:
-        sys.stdout.write(json.dumps(result.to_dict(), indent=2, sort_keys=True) + "\n")
+        data = results[0].to_dict() if len(results) == 1 and (args.site_set / MANIFEST).is_file() else [r.to_dict() for r in results]
+        sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
         return 0
+    sys.stdout.write("\n".join(_lines(r, floor) for r in results) + "\n")
+    return 0
+
+
+def _lines(result: Any, floor: float) -> str:
+    """The table of one site set's evaluation."""
+    from ..thresholds.causes import causes_hint
+
+    s = result.summary
     shown = [m for m in s.metrics if m.kind == "agreement"][:2] + [m for m in s.metrics if m.kind == "accuracy" and s.labelled][:1]
     lines = [f"{result.path}: {s.images} images of {s.site_set.name} ({s.task}; primary metric {s.primary_metric})",
              f"  {'variant':<30} {s.item + 's/img':>14} {'alarm':>6} " + " ".join(f"{m.name:>12}" for m in shown)]
@@ -62,5 +78,4 @@ def run(args: argparse.Namespace) -> int:
     for role, causes in result.low_agreement.items():
         value = s.variants[role].agreement[s.primary_metric]
         lines.append(f"  {role}: {s.primary_metric} {value:.3f} is below thresholds.min_agreement {floor:g}; {causes_hint(causes)}")
-    sys.stdout.write("\n".join(lines) + "\n")
-    return 0
+    return "\n".join(lines)

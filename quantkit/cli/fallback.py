@@ -33,7 +33,7 @@ def register(subparsers: Any) -> None:
                               "(--calibration-set, options from --quantize-section).")
     p.add_argument("intake", help="intake folder (model.onnx + export_note.json)")
     p.add_argument("--reference-set", required=True, action="extend", nargs="+", metavar="DIR",
-                   help="reference sets the metric is measured on, one per condition (the worst set counts)")
+                   help="reference sets the metric is measured on, one per condition (the worst set counts); a folder of sets stands for each of them")
     p.add_argument("--base", metavar="DIR", help="quantize output to start from (model_int8.onnx + record.json; its ranges are reused)")
     p.add_argument("--calibration-set", metavar="DIR", help="without --base: quantize on this set first; with recovery: the images it reads")
     p.add_argument("--deployed", metavar="DIR", help="deployed quantize output, timed beside the result")
@@ -93,7 +93,10 @@ def run(args: argparse.Namespace) -> int:
     from ..errors import ConfigError
     from ..quantize.fallback import precision_fallback
 
+    from ..calibset.model_sets import set_folders
+
     config = build_config(args)
+    args.reference_set = [str(x) for r in args.reference_set for x in set_folders(r)]  # a folder of sets: each of them
     qconfig = None
     if args.base is None:
         if not args.calibration_set:
@@ -101,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
         from .quantize import build_config as quantize_config
 
         qconfig = quantize_config(argparse.Namespace(params=args.params, section=args.quantize_section, dynamic=False, method=None,
-                                                     chunk_size=None, max_images=None, placement=None, target=None, engine=args.engine))
+                                                     chunk_size=None, max_images=None, placement=None, target=None, engine=args.engine,
+                                                     model=getattr(args, "model", None)))
     elif args.engine is not None:
         raise ConfigError("--engine applies when fallback quantizes (--calibration-set); drop it, or drop --base")
     if not sys.stderr.isatty():  # no progress bar: one log line per round instead

@@ -38,7 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--fp32", type=Path, help="intake folder (model.onnx + export_note.json) (default work/MODEL/intake)")
     s.add_argument("--quantized", type=Path, help="deployed quantized folder (default work/MODEL/quantize/deployed)")
     s.add_argument("--thresholds", type=Path, help="deployed threshold set (default work/MODEL/thresholds/deployed.json)")
-    s.add_argument("--calibration-set", type=Path, required=True, help="deployed calibration set (freezes the histogram edges)")
+    s.add_argument("--calibration-set", type=Path, help="deployed calibration set (freezes the histogram edges; default: the "
+                   "model's deployed set, params models.MODEL.sets)")
     s.add_argument("--params", type=Path, help="params.yaml; options from 'fleet.score' (the whole 'fleet' section is checked) "
                                                 "and the model's task (models.NAME.task)")
     s.add_argument("--workers", type=int, help="embedded LocalCluster workers (0 = synchronous in this process; default one per core)")
@@ -56,7 +57,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    "camera), INT8 agreement with FP32, detections per image, clipping; rollups per site and fleet; "
                                    "cameras ranked with since when and why. Exit 1 when a camera alerts (unless --exit-zero).")
     c.add_argument("scores", type=Path, help="scores folder (quantkit fleet score --out)")
-    c.add_argument("--calibration-set", type=Path, required=True, help="the deployed calibration set the scores were made with")
+    c.add_argument("--calibration-set", type=Path, help="the deployed calibration set the scores were made with (default: the "
+                   "deployed set of params fleet.model, models.MODEL.sets)")
     c.add_argument("--params", type=Path, help="params.yaml; options from 'fleet.check'")
     c.add_argument("--truth", type=Path, help="planted-truth JSON (demo fleet) to score the alerts against")
     c.add_argument("--out", type=Path, help="write the check (JSON) here")
@@ -159,7 +161,9 @@ def _score(args: argparse.Namespace) -> int:
         cfg = cfg.replace(ort_threads=args.ort_threads)
     model = args.model or fleet.model
     task = config_from_params(TaskConfig, args.params, "task", model=model).adapter if has_section(args.params, "task", model=model) else None
-    work = Path("work") / model
+    work = Path("work/models") / model  # the pipeline's layout (dvc.yaml)
+    if args.calibration_set is None:
+        args.calibration_set = _deployed_calibration_set(args.params, model)
     fp32, quantized = args.fp32 or work / "intake", args.quantized or work / "quantize" / "deployed"
     thresholds = args.thresholds or work / "thresholds" / "deployed.json"
     inputs = [args.manifest, fp32, quantized, thresholds, args.calibration_set, args.params]
@@ -181,6 +185,20 @@ def _score(args: argparse.Namespace) -> int:
     return 0
 
 
+def _deployed_calibration_set(params: Any, model: str) -> Path:
+    """The deployed calibration set of ``model`` (``models.<model>.sets``).
+
+    Raises:
+        ConfigError: no --params, or the model or its sets missing. InputFileError: the set is not registered.
+    """
+    from ..calibset.model_sets import model_sets
+    from ..errors import ConfigError
+
+    if params is None:
+        raise ConfigError("pass --calibration-set DIR, or --params params.yaml to take the model's deployed calibration set")
+    return model_sets(params, model).deployed_set("calibration")
+
+
 def _check(args: argparse.Namespace) -> int:
     from .._io import atomic_write_json
     from .._overwrite import check_output_file
@@ -188,7 +206,10 @@ def _check(args: argparse.Namespace) -> int:
     from ..fleet.check import check_fleet
     from ..fleet.config import load_fleet_config
 
-    cfg = load_fleet_config(args.params).check
+    fleet = load_fleet_config(args.params)
+    cfg = fleet.check
+    if args.calibration_set is None:
+        args.calibration_set = _deployed_calibration_set(args.params, fleet.model)
     inputs = [args.scores, args.calibration_set, args.params, args.truth]
     for path, kind, flag in ((args.out, "check", "--out"), (args.metrics, "metrics", "--metrics")):
         if path is not None:

@@ -25,14 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"quantkit.cli.{name}")
-        except ModuleNotFoundError as e:
-            if e.name == f"quantkit.cli.{name}":
-                continue  # command not built yet
-            raise
-        module.register(sub)
+    for name in COMMAND_MODULES:  # every listed command must import: a missing one is a bug (exit 70), never a silent gap in --help
+        importlib.import_module(f"quantkit.cli.{name}").register(sub)
     return parser
 
 
@@ -60,7 +54,11 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except Exception as e:  # a command module that does not import is a quantkit bug: one line, exit 70, never a silent gap
+        print(f"quantkit: internal error: a command failed to load ({type(e).__name__}: {e}); please report it", file=sys.stderr)
+        return 70
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     logging.basicConfig(

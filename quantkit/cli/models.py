@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from fractions import Fraction
 from pathlib import Path
@@ -46,6 +47,14 @@ def register(subparsers: Any) -> None:
     a.add_argument("--resize-short", type=int, help="shortest_side_crop: the short side's size before the centre crop (e.g. 256)")
     a.add_argument("--pad-input", type=float, help="letterbox / fit_height_pad: pad with this value after normalization (0.0: rapidocr)")
     a.add_argument("--pad-value", type=int, help="0-255 grey level of letterbox padding (default 0)")
+    a.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a task adapter option (repeatable; VALUE read as YAML: --option layout=channels --option strides=[8,16,32])")
+    g = a.add_argument_group("the model's own image sets (models.NAME.sets): registered sets, each kind's in one folder")
+    g.add_argument("--calibration-set", action="append", default=[], metavar="DIR",
+                   help="a calibration set (repeatable); the first is the deployed one (--deployed), all are the candidate's pool")
+    g.add_argument("--reference-set", action="append", default=[], metavar="DIR", help="a reference set (repeatable); the first binds the deployed thresholds")
+    g.add_argument("--site-set", action="append", default=[], metavar="DIR", help="a site set (repeatable): evaluated, drift-checked and reported")
+    g.add_argument("--share-sets-of", metavar="MODEL", help="no sets of its own: use MODEL's (its models.MODEL.sets), e.g. the demo's")
     a.add_argument("--yes", action="store_true", help="accept the guessed adapter without asking")
     a.add_argument("--force", action="store_true", help="replace an existing models.NAME")
     a.set_defaults(func=run_add)
@@ -81,8 +90,10 @@ def run_add(args: argparse.Namespace) -> int:
     if args.name in model_names(args.params) and not args.force:
         raise ConfigError(f"{args.params}: models.{args.name} already exists; pick another name, or pass --force to replace it")
     pre = {k: getattr(args, k) for k in ("color_order", "scale", "mean", "std", "resize_policy", "resize_short", "pad_value", "pad_input") if getattr(args, k) is not None}
-    plan = plan_model_entry(args.name, args.model, args.params, adapter=args.adapter,
+    sets = _sets_entry(args)
+    plan = plan_model_entry(args.name, args.model, args.params, adapter=args.adapter, options=_options(args.option, args.adapter),
                             input_size=tuple(args.input_size) if args.input_size else None, preprocessing=pre)
+    plan.entry["sets"] = sets
     # one DVC resolution with the entry added: today's stages and the new model's own (dist/<name>/, ...)
     _refuse_pipeline_output(args.model, args.params.resolve().parent, _with_entry(args.params, args.name, plan.entry))
     io = plan.io
@@ -97,9 +108,124 @@ def run_add(args: argparse.Namespace) -> int:
         answer = input(f"use {plan.adapter} for {args.name}? [y/N] ").strip().lower()
         if answer not in ("y", "yes"):
             raise ConfigError(f"not confirmed; pass --adapter NAME with the right adapter; {args.params} left unchanged")
+    _probe(args, plan, sets)
+    _say_sets(args.name, sets)
     if plan.defaulted:
         print(f"defaults {', '.join(plan.defaulted)} written with quantkit's defaults: check them against how your package "
               f"preprocesses (models.{args.name}.intake.preprocessing)")
     set_model_entry(args.params, args.name, plan.entry, force=args.force)
     print(f"wrote    {args.params}: models.{args.name} (source: file, file: {plan.entry['file']}); next: dvc repro")
     return 0
+
+
+def _options(pairs: list[str], adapter: str | None) -> dict[str, Any] | None:
+    """``--option KEY=VALUE`` pairs as the task options (VALUE read as YAML); None when none were given.
+
+    Raises:
+        ConfigError: a pair without ``=``, or options without --adapter (the guess brings its own).
+    """
+    import yaml
+
+    from ..errors import ConfigError
+
+    if not pairs:
+        return None
+    if adapter is None:
+        raise ConfigError("--option sets the options of the adapter you name: pass --adapter NAME too")
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--option {pair}: write KEY=VALUE (e.g. layout=channels); 'quantkit params task' lists each adapter's options")
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def _sets_entry(args: argparse.Namespace) -> dict[str, Any]:
+    """``models.NAME.sets`` from --calibration-set / --reference-set / --site-set (each kind's sets in one folder, every
+    one registered), or another model's with --share-sets-of.
+
+    Raises:
+        ConfigError: no sets and no --share-sets-of, both, sets of one kind in several folders, a folder another model
+            uses (naming --share-sets-of), or an unknown model to share with. InputFileError: a set not registered.
+    """
+    from ..calibset.manifest import MANIFEST
+    from ..errors import ConfigError, InputFileError
+    from ..paramsfile import model_names
+
+    given = {"calibration": args.calibration_set, "reference": args.reference_set, "site": args.site_set}
+    if args.share_sets_of:
+        if any(given.values()):
+            raise ConfigError("--share-sets-of uses another model's sets: drop --calibration-set / --reference-set / --site-set, or drop it")
+        from ..calibset.model_sets import model_sets
+
+        if args.share_sets_of not in model_names(args.params):
+            raise ConfigError(f"{args.params}: --share-sets-of {args.share_sets_of}: no such model under 'models'")
+        return model_sets(args.params, args.share_sets_of).to_dict()
+    missing = [k for k, v in given.items() if not v]
+    if missing:
+        raise ConfigError(f"models add {args.name}: no --{missing[0]}-set: a model is calibrated and judged on its own images; "
+                          "pass --calibration-set DIR --reference-set DIR --site-set DIR (registered sets: 'quantkit calibset register'), "
+                          "or --share-sets-of MODEL to use another model's")
+    root = args.params.resolve().parent
+    used = _folders_in_use(args)
+    entry: dict[str, Any] = {}
+    for kind, dirs in given.items():
+        parents = {Path(d).resolve().parent for d in dirs}
+        for d in dirs:
+            if not (Path(d) / MANIFEST).is_file():
+                raise InputFileError(f"{d}: not a registered set (no {MANIFEST}); register it: quantkit calibset register {d} --name NAME (its images in {d}/images/)")
+        if len(parents) > 1:
+            raise ConfigError(f"--{kind}-set: put the model's {kind} sets in one folder (models.{args.name}.sets.{kind} is a folder "
+                              f"of sets, e.g. data/{args.name}/{kind}/); got {', '.join(sorted(str(p) for p in parents))}")
+        folder = parents.pop()
+        rel = Path(os.path.relpath(folder, root)).as_posix()
+        if rel in used:
+            raise ConfigError(f"--{kind}-set: {rel} holds models.{used[rel]}'s sets; give the model a folder of its own "
+                              f"(e.g. data/{args.name}/{kind}/), or pass --share-sets-of {used[rel]}")
+        entry[kind] = rel
+    entry["deployed"] = {"calibration": Path(args.calibration_set[0]).name, "reference": Path(args.reference_set[0]).name}
+    return entry
+
+
+def _folders_in_use(args: argparse.Namespace) -> dict[str, str]:
+    """``{set folder: model}`` for the folders the params' other models name."""
+    from ..config import _read_params
+
+    data = _read_params(args.params) if args.params.exists() else {}
+    out: dict[str, str] = {}
+    for name, entry in ((data or {}).get("models") or {}).items():
+        sets = entry.get("sets") if isinstance(entry, dict) else None
+        if name != args.name and isinstance(sets, dict):
+            out.update({Path(str(v)).as_posix(): name for k, v in sets.items() if k != "deployed"})
+    return out
+
+
+def _probe(args: argparse.Namespace, plan: Any, sets: dict[str, Any]) -> None:
+    """Run the model through its adapter on the first images of its deployed calibration set (FP32, the declared
+    preprocessing) before anything is written: an adapter that cannot read the outputs is refused with its own message;
+    one that decides nothing on any probe image is named as a warning.
+
+    Raises:
+        ModelError / ConfigError: the adapter cannot read the model's outputs on a real image.
+    """
+    from ..errors import ConfigError, ModelError
+    from ..intake.declare import probe_decisions
+
+    cal = args.params.resolve().parent / sets["calibration"] / sets["deployed"]["calibration"]
+    try:
+        found, images = probe_decisions(args.model, plan.entry, cal)
+    except (ModelError, ConfigError) as e:
+        raise type(e)(f"models add {args.name}: the {plan.adapter} adapter cannot read the model's outputs on {cal}: {e}; "
+                      "pick the adapter (--adapter) and options (--option KEY=VALUE) that fit; params left unchanged") from None
+    print(f"probe    {plan.adapter} on {images} images of {cal.name}: {found} decisions by FP32")
+    if found == 0:
+        print(f"warning  FP32 through the {plan.adapter} adapter decides nothing on {images} of your calibration images: check "
+              "--adapter and --option (a layout that does not fit the head often reads as nothing found)")
+
+
+def _say_sets(name: str, sets: dict[str, Any]) -> None:
+    """Which sets will calibrate and judge the model."""
+    d = sets["deployed"]
+    print(f"sets     calibrated on {sets['calibration']}/{d['calibration']} (pool: every set in {sets['calibration']}), "
+          f"bound on {sets['reference']}/{d['reference']}, judged on every set in {sets['site']} (models.{name}.sets)")

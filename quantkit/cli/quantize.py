@@ -16,10 +16,11 @@ def register(subparsers: Any) -> None:
                               "--params (static fields; its 'dynamic' sub-mapping for --dynamic); flags override.")
     p.add_argument("intake", help="intake folder (model.onnx + export_note.json) or a model file with an embedded note")
     p.add_argument("--calibration-set", metavar="DIR", help="calibration set folder (images/ + manifest.json); static only")
-    p.add_argument("--role", help="take the calibration set from params calibrations.ROLE.calibration_set (e.g. deployed)")
+    p.add_argument("--role", help="with --model: take the calibration set from params models.MODEL.sets (deployed: its deployed set)")
     p.add_argument("--dynamic", action="store_true", help="dynamic quantization (ORT quantize_dynamic); no calibration set")
     p.add_argument("--params", metavar="YAML", help="params file with a 'quantize' section (default: built-in defaults)")
     p.add_argument("--section", default="quantize", help="params section to read (default: quantize)")
+    p.add_argument("--model", help="name under params 'models': its own section (models.MODEL.quantize) is merged over the top-level one")
     p.add_argument("--method", choices=["minmax", "entropy", "percentile", "distribution"], help="override the calibration method")
     p.add_argument("--chunk-size", type=int, metavar="N", help="override calibration_chunk_size (images per chunk: progress and checkpoint unit)")
     p.add_argument("--max-images", type=int, metavar="N", help="calibrate on the first N images only")
@@ -40,24 +41,27 @@ def register(subparsers: Any) -> None:
 
 def build_config(args: argparse.Namespace) -> Any:
     """Params section + flag overrides -> StaticQuantConfig or DynamicQuantConfig."""
-    from ..config import load_params
+    from ..config import section_for_model
     from ..errors import UnsupportedOptionError
     from ..quantize import DynamicQuantConfig, StaticQuantConfig
 
-    section: dict[str, Any] = dict(load_params(args.params, args.section)) if args.params else {}
+    section: dict[str, Any] = {}
+    where = args.section
+    if args.params:
+        section, where = section_for_model(args.params, args.section, getattr(args, "model", None))
     dynamic_section = section.pop("dynamic", {}) or {}
     if args.dynamic:
         for flag in ("calibration_set", "method", "chunk_size", "max_images", "checkpoint", "placement", "target", "ranges_from", "engine"):
             if getattr(args, flag) is not None:
                 raise UnsupportedOptionError(f"--{flag.replace('_', '-')} applies to static quantization only; drop it or drop --dynamic")
-        return DynamicQuantConfig.from_dict(dynamic_section, where=f"{args.params or 'params'}: {args.section}.dynamic")
+        return DynamicQuantConfig.from_dict(dynamic_section, where=f"{args.params or 'params'}: {where}.dynamic")
     engine = getattr(args, "engine", None)
     overrides = {"method": args.method, "calibration_chunk_size": args.chunk_size, "max_images": args.max_images,
                  "placement": args.placement if args.target is None else target_placement(args), "engine": engine}
     if engine is not None and engine != "ort" and overrides["placement"] is None and "placement" not in section:
         overrides["placement"] = engine  # the engine's own placement: --engine nncf alone is enough
     section.update({k: v for k, v in overrides.items() if v is not None})
-    return StaticQuantConfig.from_dict(section, where=f"{args.params or 'params'}: {args.section}")
+    return StaticQuantConfig.from_dict(section, where=f"{args.params or 'params'}: {where}")
 
 
 def target_placement(args: argparse.Namespace) -> str:
@@ -102,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     from ._roles import role_path
 
     if args.ranges_from is None:
-        args.calibration_set = role_path(args.calibration_set, args.params, args.role, "calibration_set", "--calibration-set")
+        args.calibration_set = role_path(args.calibration_set, args.params, args.model, args.role, "calibration", "--calibration-set")
     config = build_config(args)
     if not args.dynamic and not args.calibration_set and args.ranges_from is None:
         raise ConfigError("static quantization needs --calibration-set DIR (or --ranges-from RECORD, or pass --dynamic)")

@@ -35,8 +35,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--out", type=Path, help="write the deployment verification (runtimes from params 'verify', agreement with FP32 per site set)")
     g.add_argument("--fp32", type=Path, help="with --out: intake folder (model.onnx), the FP32 reference")
     g.add_argument("--site-set", type=Path, action="append", default=[], metavar="DIR", help="with --out: a site set (repeatable)")
-    g.add_argument("--site-sets-from", type=Path, metavar="PARAMS",
-                   help="with --out: every site set named in PARAMS 'site_sets' (site_sets/<name>), after any --site-set")
+    g.add_argument("--model", help="with --out: a model under params 'models': its site sets (models.MODEL.sets.site) when no "
+                   "--site-set is given, and its verify section merged over the top-level one")
     p.set_defaults(func=run)
 
 
@@ -79,15 +79,15 @@ def run_deployment(args: argparse.Namespace) -> int:
     from ..config import config_from_params
     from ..errors import ConfigError, VerificationError
 
-    if args.site_sets_from is not None:
-        from ..paramsfile import site_set_dirs
+    from ..calibset.model_sets import set_folders
+    from ._roles import model_site_sets
 
-        args.site_set = [*args.site_set, *site_set_dirs(args.site_sets_from)]
-    if args.fp32 is None or not args.site_set:
-        raise ConfigError("--out needs --fp32 INTAKE_DIR and at least one --site-set DIR (or --site-sets-from params.yaml)")
+    args.site_set = [s for d in args.site_set for s in set_folders(d)] or model_site_sets(args.params, args.model, "--site-set")
+    if args.fp32 is None:
+        raise ConfigError("--out needs --fp32 INTAKE_DIR (the FP32 reference)")
     check_output_file(DeploymentVerification.path_in(args.out), DeploymentVerification.file_kind(),  # before the (slow) runs
                       inputs=[args.bundle, args.fp32, *args.site_set, args.params])
-    cfg = config_from_params(DeploymentVerifyConfig, args.params, "verify")
+    cfg = config_from_params(DeploymentVerifyConfig, args.params, "verify", model=args.model)
     if args.runtime:
         cfg = cfg.replace(runtimes=tuple(args.runtime))
     result = verify_deployment(args.bundle, args.fp32, args.site_set, cfg)

@@ -192,3 +192,47 @@ def plan_model_entry(name: str, model_path: str | os.PathLike[str], params_path:
 def _relative(model: Path, params: Path) -> str:
     """``model`` relative to the params file's folder, POSIX separators (what DVC and the params file use)."""
     return Path(os.path.relpath(model.resolve(), params.resolve().parent)).as_posix()
+
+
+def probe_decisions(model_path: str | os.PathLike[str], entry: Mapping[str, Any], image_set: str | os.PathLike[str] | None,
+                    images: int = 4) -> tuple[int, int]:
+    """Run the FP32 model on the first ``images`` images of ``image_set`` with the entry's preprocessing and input
+    size, and decide each through the entry's task adapter: ``(decisions found, images run)``. An adapter that cannot
+    read the outputs of a real image raises here, before anything is written (``quantkit models add``).
+
+    Args:
+        model_path: the ONNX file as the user gave it (input shape fixed to the entry's input size here, in memory).
+        entry: a ``models.<name>`` entry (``intake``, ``task``).
+        image_set: a registered set folder; None runs nothing (``(0, 0)``).
+        images: how many images of the set, in manifest order.
+
+    Raises:
+        ModelError: ONNX Runtime cannot run the model, or the adapter cannot read its outputs (its own message).
+        ConfigError: the entry's intake or task does not validate.
+    """
+    import numpy as np
+
+    from ..calibset.manifest import CalibrationSet
+    from ..imageio import load_image
+    from ..runtimes import make_runtime
+
+    if image_set is None:
+        return 0, 0
+    intake = IntakeConfig.from_dict(dict(entry["intake"]))
+    pre = intake.preprocessing
+    proto = load_model(model_path)
+    task = TaskConfig.from_dict(dict(entry["task"])).make().with_model(proto)
+    cset = CalibrationSet.load(image_set)
+    found = run = 0
+    with make_runtime("onnxruntime", proto) as rt:
+        for e in cset.entries[:images]:
+            x, _ = pre.apply(load_image(Path(cset.root) / e.file))
+            try:
+                outputs = rt.infer({pre.input_name: x.astype(np.float32, copy=False)})
+                found += len(task.decide(outputs))
+            except ModelError:
+                raise
+            except Exception as err:  # noqa: BLE001  (an adapter's own exception on outputs it cannot read)
+                raise ModelError(f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]}") from None
+            run += 1
+    return found, run
