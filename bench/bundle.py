@@ -76,7 +76,7 @@ def main() -> None:
             "size": args.size, "golden": res.golden, "activations": res.activations, "members": res.members,
             "bundle_bytes": res.size, "identical_rebuild": again.path.read_bytes() == res.path.read_bytes(),
             "prepare_s": round(prep, 2), "build_s": round(build_s, 2), "rebuild_s": round(rebuild_s, 2), "verify_s": round(verify_s, 2),
-            "verified": report.ok, "checks": len(report.checks), "failures": [c.to_dict() for c in report.failures],
+            "verified": report.ok, "deployable": report.verdict.deployable, "checks": len(report.checks), "failures": [c.to_dict() for c in report.failures],
         }, indent=2))
 
 

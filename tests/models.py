@@ -2,6 +2,7 @@
 
 * engine fault kinds and output checks: :func:`output_feeds_activation_model`, :func:`variable_shape_model`,
   :func:`concat_head_model` (boxes and scores sharing one output), :func:`conv_relu_conv_model`;
+* runtime fusions: :func:`scaled_conv_qdq_model` (a Conv OpenVINO fuses with the float ops after it);
 * a text-map head for the pipeline tests: :func:`tiny_map_model`;
 * task adapters: :func:`const_model` (outputs are designed tensors) and the raw-head encoders.
 
@@ -204,6 +205,38 @@ def conv_relu_conv_model(size: int = 16, extra_int_output: bool = False) -> onnx
     return _model(nodes, [_x(size)], outs, inits)
 
 
+def scaled_conv_qdq_model(size: int = 16) -> onnx.ModelProto:
+    """A QDQ model with Q/DQ on the Conv inputs only (as the ``openvino`` placement writes it), where the middle Conv's
+    output is scaled, shifted and activated in float: ``y = conv3(HardSwish(conv2(Relu(conv1(x))) * s + a))``.
+
+    OpenVINO folds ``* s + a`` into ``conv2`` and names the fused kernel after a generated ``Multiply_<n>`` that covers
+    only ``add2`` (issue 39: a MobileOne block of PP-OCR's detector, 28 such kernels). uint8 activations (scale 1/64),
+    int8 weights (scale 1/128), per tensor."""
+    rng = np.random.default_rng(11)
+    a_scale, w_scale = np.float32(1 / 64), np.float32(1 / 128)
+    inits = [numpy_helper.from_array(a_scale, "a_scale"), numpy_helper.from_array(np.uint8(0), "a_zp"),
+             numpy_helper.from_array(w_scale, "w_scale"), numpy_helper.from_array(np.int8(0), "w_zp"),
+             numpy_helper.from_array(np.array([0.7], np.float32), "s2"),
+             numpy_helper.from_array(rng.uniform(-0.2, 0.2, (1, 8, 1, 1)).astype(np.float32), "a2")]
+    nodes = []
+    for name, shape in (("w1", (8, 3, 3, 3)), ("w2", (8, 8, 3, 3)), ("w3", (1, 8, 1, 1))):
+        inits.append(numpy_helper.from_array(rng.integers(-60, 60, shape).astype(np.int8), f"{name}_q"))
+        nodes.append(helper.make_node("DequantizeLinear", [f"{name}_q", "w_scale", "w_zp"], [name], name=f"{name}_dq"))
+
+    def qdq(t: str) -> str:
+        nodes.extend([helper.make_node("QuantizeLinear", [t, "a_scale", "a_zp"], [f"{t}_q"], name=f"{t}_quant"),
+                      helper.make_node("DequantizeLinear", [f"{t}_q", "a_scale", "a_zp"], [f"{t}_dq"], name=f"{t}_dequant")])
+        return f"{t}_dq"
+
+    nodes.append(helper.make_node("Conv", [qdq("x"), "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]))
+    nodes.append(helper.make_node("Relu", ["c1"], ["r1"], name="relu1"))
+    nodes.append(helper.make_node("Conv", [qdq("r1"), "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]))
+    nodes += [helper.make_node("Mul", ["c2", "s2"], ["m2"], name="mul2"), helper.make_node("Add", ["m2", "a2"], ["s2a"], name="add2"),
+              helper.make_node("HardSwish", ["s2a"], ["h2"], name="hswish2")]
+    nodes.append(helper.make_node("Conv", [qdq("h2"), "w3"], ["y"], name="conv3"))
+    return _model(nodes, [_x(size)], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, size, size])], inits)
+
+
 def tiny_map_model(size: int = 32, *, names: bool = True, opset: int = 13) -> onnx.ModelProto:
     """x [1,3,S,S] -> Conv 3x3 -> Relu -> Conv 1x1 -> Sigmoid -> y [1,1,S,S] (a stand-in text-map head)."""
     rng = np.random.default_rng(0)
@@ -248,6 +281,7 @@ MODELS = {
     "variable_shape": variable_shape_model,
     "concat_head": concat_head_model,
     "conv_relu_conv": conv_relu_conv_model,
+    "scaled_conv_qdq": scaled_conv_qdq_model,
     "tiny_map": tiny_map_model,
     "activation_chains": activation_chains_model,
 }

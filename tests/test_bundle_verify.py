@@ -12,6 +12,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import numpy_helper
+from test_quantize_fixtures import make_set
 from test_bundle_fixtures import (
     load_npy,
     make_pipeline,
@@ -430,3 +431,75 @@ def test_verify_says_plainly_whether_to_deploy(bundle: Path, tmp_path: Path, cap
     assert not r.deployable and r.answer().startswith("Deploy: NO. ")
     assert main(["verify", str(swapped)]) == 4
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith("Deploy: NO. ")
+
+
+def _numbers_bundle(bundle: Path, tmp_path: Path) -> Path:
+    """The bundle with one stored simulation output moved: numbers differ, decisions do not (deployable, with a warning)."""
+    members = read_members(bundle)
+    name = "golden/0002/int8/000.npy"
+    arr = load_npy(members[name]).copy()
+    arr[0, 0, 4:12, 4:12] += 0.05
+    members[name] = npy(arr)
+    return repack(members, tmp_path / "numbers", update_manifest=True)
+
+
+def test_one_verdict_from_library_cli_and_stage(bundle: Path, pipe, tmp_path: Path, capsys) -> None:
+    """Issue 39: the same bundle was 'Deploy: YES ... Warning' from the CLI, ok=False / an error() from the library, and
+    exit 4 from the verify stage (verify.fail: true). Now one Verdict: the library returns it, the CLI prints it and exits
+    by it, and the stage stores it and exits by it."""
+    numbers = _numbers_bundle(bundle, tmp_path)
+    r = verify_bundle(numbers)
+    v = r.verdict
+    assert v.deployable and not v.reasons and v.warnings and all(w.startswith("onnxruntime [output]") or "[layer]" in w for w in v.warnings)
+    assert "deployable=True" in repr(r) and r.error() is None and r.to_dict()["verdict"]["deployable"] is True
+    assert main(["verify", str(numbers)]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == v.answer
+    site = make_set(tmp_path / "site", 1, size=40, name="site")
+    params = tmp_path / "params.yaml"
+    params.write_text("verify:\n  runtimes: [onnxruntime]\n  max_images: 1\n  fail: true\n")
+    out = tmp_path / "verify.json"
+    stage = ["verify", str(numbers), "--runtime", "onnxruntime", "--fp32", str(pipe["intake"]), "--site-set", str(site),
+             "--params", str(params), "--out", str(out)]
+    assert main(stage) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == v.answer
+    from quantkit.artifacts.verification import DeploymentVerification
+
+    assert DeploymentVerification.load(out).verdict == v
+
+
+def test_not_deployable_is_one_exit_code_from_cli_and_stage(bundle: Path, pipe, tmp_path: Path, capsys) -> None:
+    members = read_members(bundle)
+    model = onnx.load_from_string(members["model_int8.onnx"])
+    w = next(i for i in model.graph.initializer if i.name == "w2_quantized")
+    w.CopyFrom(numpy_helper.from_array(-numpy_helper.to_array(w), w.name))
+    members["model_int8.onnx"] = model.SerializeToString()
+    swapped = repack(members, tmp_path / "swapped", update_manifest=True)
+    v = verify_bundle(swapped).verdict
+    assert not v.deployable and v.reasons and v.answer == f"Deploy: NO. {v.reasons[0]}."
+    assert main(["verify", str(swapped)]) == 4
+    capsys.readouterr()
+    site = make_set(tmp_path / "site", 1, size=40, name="site")
+    params = tmp_path / "params.yaml"
+    params.write_text("verify:\n  runtimes: [onnxruntime]\n  max_images: 1\n  fail: true\n")
+    out = tmp_path / "verify.json"
+    stage = ["verify", str(swapped), "--runtime", "onnxruntime", "--fp32", str(pipe["intake"]), "--site-set", str(site),
+             "--params", str(params), "--out", str(out)]
+    assert main(stage) == 4
+    assert "not deployable" in capsys.readouterr().err
+    params.write_text("verify:\n  runtimes: [onnxruntime]\n  max_images: 1\n  fail: false\n")
+    out.unlink()
+    assert main(stage) == 0  # params verify.fail: false lets dvc repro finish; it says what the exit would be
+    assert "exit 4 with params verify.fail: true" in capsys.readouterr().err
+
+
+def test_unknown_runtime_is_exit_2_naming_the_known_ones(bundle: Path, pipe, tmp_path: Path, capsys) -> None:
+    """Issue 39: 'verify --runtime openvinoo' exited 0 and wrote verified: false."""
+    out = tmp_path / "verify.json"
+    site = make_set(tmp_path / "site", 1, size=40, name="site")
+    for args in (["verify", str(bundle), "--runtime", "openvinoo"],
+                 ["verify", str(bundle), "--runtime", "openvinoo", "--fp32", str(pipe["intake"]), "--site-set", str(site),
+                  "--out", str(out)]):
+        assert main(args) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "'openvinoo'" in err and "onnxruntime, openvino" in err, err
+        assert not out.exists()

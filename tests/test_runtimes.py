@@ -106,6 +106,34 @@ def test_integer_share_from_the_runtimes_own_account():
         assert shares["openvino[CPU f32]"].integer_share == 1.0
 
 
+
+@needs_openvino
+def test_openvino_fused_conv_counts_for_verify_and_measure_alike(tmp_path, monkeypatch):
+    """Issue 39: OpenVINO folds ``Conv -> Mul -> Add`` into one Convolution named ``Multiply_<n>`` that reports only the
+    Mul/Add names; verify said 28% (1 not reported) for this file. The kernel covers the Conv upstream of the names it
+    reports, and verify's precision row and measure's node profile give the same figure."""
+    import models
+
+    from quantkit.bundle.target import _precision
+    from quantkit.report import measure as measure_mod
+
+    model = models.build("scaled_conv_qdq")
+    path = tmp_path / "model_int8.onnx"
+    onnx.save(model, str(path))
+    feed = {"x": np.random.default_rng(0).random((1, 3, 16, 16), dtype=np.float32)}
+    with make_runtime("openvino", path, inference_precision="f32") as rt:
+        nodes = rt.node_precisions(feed)
+        rows: list = []
+        verify = _precision(rt, feed, model, lambda *a: rows.append(a) or True)
+    fused = [n for n in nodes if n.op_type == "Convolution" and "add2" in n.original and "conv2" not in n.original]
+    assert len(fused) == 1, [n.original for n in nodes]  # the fusion this test is about: conv2 is named by no kernel
+    assert verify is not None and verify.nodes_unknown == 0 and verify.integer_share == 1.0, verify
+    assert rows == [("precision", "openvino", "pass", str(verify))] and "0 not reported" in rows[0][3]
+    monkeypatch.setattr(measure_mod, "_placement", lambda p: "openvino")
+    (row,) = measure_mod._node_time("tiny", "openvino", {"deployed": path}, feed, 1)
+    assert row["integer_mac_share"] == verify.integer_share and row["macs_not_reported"] == 0
+
+
 @needs_openvino
 def test_openvino_runs_in_f32_when_quantkit_runs_it():
     """The CPU plugin would choose bf16 by itself on AVX-512 BF16 / AMX CPUs; quantkit pins f32, records the pin and

@@ -15,8 +15,8 @@ from .evaluation import EvalSummary
 from .fallback import FallbackResult, KeptNode, LatencyRow
 from .record import CalibrationRecord, SetRef, TensorScale, scale_diff
 from .thresholds import Binding, Estimate, IntegerThreshold, OperatingPoint, ThresholdSet
-from .verification import DeploymentVerification
+from .verification import DeploymentVerification, Verdict
 
 __all__ = ["Artifact", "Binding", "CalibrationRecord", "DeploymentVerification", "DriftResult", "Estimate", "EvalSummary", "FallbackResult", "IntegerThreshold",
            "KeptNode", "LatencyRow",
-           "OperatingPoint", "SetRef", "TensorScale", "ThresholdSet", "scale_diff"]
+           "OperatingPoint", "SetRef", "TensorScale", "ThresholdSet", "Verdict", "scale_diff"]

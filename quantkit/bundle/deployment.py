@@ -40,7 +40,7 @@ from .verify import NUMERIC_KINDS, VerifyConfig, resolve_bundle, run_deployable,
 @dataclasses.dataclass(frozen=True)
 class DeploymentVerifyConfig(Config):
     """``params.yaml: verify``. runtimes: the target runtimes (registry names); a runtime that is not installed is
-    recorded as such. max_images: site images per set (0 = all). threads: intra-op threads of every runtime (0 = the
+    recorded as such; a name no plug-in is registered for (a typo) is refused. max_images: site images per set (0 = all). threads: intra-op threads of every runtime (0 = the
     runtime's default), so latencies compare. fail: exit non-zero when a check fails (false: the report shows it)."""
 
     PARAMS_OPTIONAL: ClassVar[bool] = True
@@ -65,8 +65,15 @@ def verify_deployment(bundle: str | Path, fp32: str | Path, site_sets: Sequence[
         fp32: the intake folder (``model.onnx``): the FP32 reference.
         site_sets: set folders (``images/`` + ``manifest.json``).
 
+    Returns:
+        :class:`DeploymentVerification`, with the bundle's :class:`~quantkit.artifacts.verification.Verdict` on these
+        runtimes: the verdict of ``verify_bundle(bundle, VerifyConfig(runtimes=..., threads=...))``, so the stage and
+        ``quantkit verify BUNDLE --runtime R`` answer alike (a runtime that is registered but not installed here is
+        recorded as not installed and makes the bundle not deployable here, as it does there).
+
     Raises:
-        InputFileError: the bundle, the FP32 model or a set is missing. ConfigError: bad config.
+        InputFileError: the bundle, the FP32 model or a set is missing. ConfigError: bad config, or a runtime name no
+            plug-in is registered for (the message names the registered ones), before anything runs.
     """
     from ..calibset import CalibrationSet
 
@@ -75,11 +82,10 @@ def verify_deployment(bundle: str | Path, fp32: str | Path, site_sets: Sequence[
     fp32_model = Path(fp32) / "model.onnx"
     if not fp32_model.is_file():
         raise InputFileError(f"{fp32_model}: FP32 intake model not found; run 'quantkit intake' first")
+    names = resolve_runtime_names(cfg.runtimes)
     sets = [CalibrationSet.load(s, verify=True) for s in site_sets]
     installed = set(available_runtimes())
-    names = resolve_runtime_names(cfg.runtimes, keep_unknown=True)
-    targets = [r for r in names if r in installed]
-    report = verify_bundle(path, VerifyConfig(runtimes=tuple(targets) or ("onnxruntime",), threads=cfg.threads))
+    report = verify_bundle(path, VerifyConfig(runtimes=names, threads=cfg.threads))  # a runtime not installed fails there, as in 'quantkit verify'
     results = []
     with tempfile.TemporaryDirectory(prefix="quantkit-deploy-") as tmp:
         ex = safe_extract(path, Path(tmp) / "b")
@@ -108,7 +114,7 @@ def verify_deployment(bundle: str | Path, fp32: str | Path, site_sets: Sequence[
                                          _deployable(report, run), f"{div.tensor!r} ({div.op_type} {div.node!r})" if div else ""))
         man = ex.manifest
     return DeploymentVerification(path.name, sha256_file(path), str(man["record"]["fingerprint"]), str(man["thresholds"]["fingerprint"]),
-                                  ts.adapter, tuple(results))
+                                  ts.adapter, tuple(results), report.verdict)
 
 
 def _deployable(report: Any, run: Any) -> bool:

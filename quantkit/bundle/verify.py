@@ -25,7 +25,8 @@ from typing import Any, ClassVar, Literal
 
 from .._io import read_json, sha256_file
 from ..config import Config
-from ..errors import ConfigError, InputFileError, QuantkitError, TargetSupportError, VerificationError
+from ..artifacts.verification import Verdict
+from ..errors import ConfigError, InputFileError, QuantkitError, VerificationError
 from .archive import ExtractedBundle, safe_extract
 from .manifest import BUNDLE_NAME, POINTER_NAME, BundleManifest
 from .target import RuntimeRun, verify_on
@@ -109,6 +110,12 @@ class Check:
         return f"Check({self.runtime + ' ' if self.runtime else ''}{self.kind}:{self.name} {self.status})"
 
 
+def _agreement(r: RuntimeRun) -> str:
+    """One run's decision figures in words."""
+    return f"{r.decisions_agree} of {r.decisions} decisions as simulated" + (
+        f", agreement with FP32 {r.fp32_agreement:.3f} (bound {r.fp32_bound:.3f})" if r.fp32_agreement is not None and r.fp32_bound is not None else "")
+
+
 def run_deployable(r: RuntimeRun) -> bool:
     """One runtime's decisions agree with FP32's golden decisions within the bound interval
     (``fp32_agreement >= fp32_bound``); without FP32 golden decisions (older bundles), every decision agrees with
@@ -120,7 +127,9 @@ def run_deployable(r: RuntimeRun) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class VerificationReport:
-    """Result of :func:`verify_bundle`. ``ok`` when no check failed (warnings and skips allowed)."""
+    """Result of :func:`verify_bundle`: the checks, the runs and, from them, :attr:`verdict` (whether to deploy, with
+    reasons and warnings), which ``quantkit verify`` prints and exits by. ``ok``: no check failed at all (warnings and
+    skips allowed), comparisons with the simulation included; a bundle can be deployable and not ``ok``."""
 
     bundle: str
     checks: tuple[Check, ...]
@@ -141,44 +150,55 @@ class VerificationReport:
 
     @property
     def deployable(self) -> bool:
-        """Whether the bundle may be deployed: every runtime ran, no check failed except comparisons with the QDQ
-        simulation (:data:`NUMERIC_KINDS`), and on every runtime the decisions agree with FP32's golden decisions within
-        the bound interval (``fp32_agreement >= fp32_bound``, :func:`quantkit.bundle.target.fp32_bound`); for a bundle
-        without FP32 golden decisions, every decision agrees with the simulation's."""
+        """:attr:`verdict`'s ``deployable``."""
+        return self.verdict.deployable
+
+    @property
+    def verdict(self) -> Verdict:
+        """Whether to deploy, the one answer of the library, ``quantkit verify`` and its ``--out`` stage: deployable when
+        every runtime ran, no check failed except comparisons with the QDQ simulation (:data:`NUMERIC_KINDS`), and on every
+        runtime the decisions agree with FP32's golden decisions within the bound interval (``fp32_agreement >=
+        fp32_bound``, :func:`quantkit.bundle.target.fp32_bound`; for a bundle without FP32 golden decisions, every
+        decision agrees with the simulation's). Reasons and warnings keep the order of the checks."""
+        def line(c: Check) -> str:
+            return f"{c.runtime + ' ' if c.runtime else ''}[{c.kind}] {c.name}: {c.detail}"
+
         runs = [r for r in self.runs if r.info is not None]
-        if not runs or any(c.kind not in NUMERIC_KINDS for c in self.failures):
-            return False
-        return all(run_deployable(r) for r in runs)
+        blocking = [c for c in self.failures if c.kind not in NUMERIC_KINDS]
+        reasons = [line(c) for c in blocking]
+        for r in runs:
+            if not run_deployable(r) and not any(c.runtime == r.runtime for c in blocking):
+                div = f"; first diverging tensor {r.divergence.tensor!r} ({r.divergence.op_type} {r.divergence.node!r})" if r.divergence else ""
+                reasons.append(f"{r.info.label}: the decisions do not agree with FP32 within the bound interval ({_agreement(r)}){div}")  # type: ignore[union-attr]
+        if not runs and not blocking:
+            reasons.append("no runtime ran the bundle")
+        warnings = tuple(line(c) for c in self.checks if c.status == "warn" or (c.status == "fail" and c.kind in NUMERIC_KINDS))
+        why = "; ".join(f"{r.info.label}: {_agreement(r)}" for r in runs)  # type: ignore[union-attr]
+        numeric = [c for c in self.failures if c.kind in NUMERIC_KINDS]
+        if reasons:
+            answer = f"Deploy: NO. {reasons[0]}."
+        elif not numeric:
+            answer = f"Deploy: YES. Every check passed ({why})."
+        else:
+            div = self.divergence
+            where = f"; first diverging tensor {div.tensor!r} ({div.op_type} {div.node!r})" if div else ""
+            answer = (f"Deploy: YES. The decisions agree with FP32 within the bound interval ({why}). Warning: {len(numeric)} check(s) "
+                      f"found numbers that differ from the QDQ simulation{where}; an engineer may look, the decisions are not affected.")
+        return Verdict(not reasons, answer, tuple(reasons), warnings, bool(blocking) and blocking[0].kind in ("support", "profile"))
 
     def answer(self) -> str:
-        """Whether to deploy, in one plain sentence (the verification table is for engineers)."""
-        runs = [r for r in self.runs if r.info is not None]
-        why = "; ".join(f"{r.info.label}: {r.decisions_agree} of {r.decisions} decisions as simulated"  # type: ignore[union-attr]
-                        + (f", agreement with FP32 {r.fp32_agreement:.3f} (bound {r.fp32_bound:.3f})" if r.fp32_agreement is not None
-                           and r.fp32_bound is not None else "") for r in runs)
-        if not self.deployable:
-            bad = next((c for c in self.failures if c.kind not in NUMERIC_KINDS), None)
-            reason = (f"{bad.runtime + ' ' if bad.runtime else ''}[{bad.kind}] {bad.name}: {bad.detail}" if bad is not None else
-                      f"the decisions do not agree with FP32 within the bound interval ({why})" if runs else "no runtime ran the bundle")
-            return f"Deploy: NO. {reason}."
-        if self.ok:
-            return f"Deploy: YES. Every check passed ({why})."
-        div = self.divergence
-        where = f"; first diverging tensor {div.tensor!r} ({div.op_type} {div.node!r})" if div else ""
-        return (f"Deploy: YES. The decisions agree with FP32 within the bound interval ({why}). Warning: {len(self.failures)} check(s) "
-                f"found numbers that differ from the QDQ simulation{where}; an engineer may look, the decisions are not affected.")
+        """Whether to deploy, in one plain sentence (:attr:`verdict`; the verification table is for engineers)."""
+        return self.verdict.answer
 
     def error(self) -> QuantkitError | None:
-        """The exception the CLI raises: TargetSupportError when the first failure is an unsupported operator (exit 5),
-        else VerificationError (exit 4); ``None`` when verification passed."""
-        if self.ok:
-            return None
-        first = self.failures[0]
-        cls = TargetSupportError if first.kind in ("support", "profile") else VerificationError
+        """The exception ``quantkit verify`` exits with (:meth:`Verdict.error`): ``None`` when deployable (numbers that
+        differ from the simulation alone are warnings), TargetSupportError (exit 5) when the first reason is an operator the
+        target lacks, else VerificationError (exit 4)."""
+        err = self.verdict.error(self.bundle)
         div = self.divergence
-        where = f"; first diverging tensor {div.tensor!r} ({div.op_type} {div.node!r})" if div else ""
-        on = f" on {first.runtime}" if first.runtime else ""
-        return cls(f"{self.bundle}: {len(self.failures)} check(s) failed, first{on} [{first.kind}] {first.name}: {first.detail}{where}")
+        if err is not None and div is not None and repr(div.tensor) not in str(err):
+            err = type(err)(f"{err}; first diverging tensor {div.tensor!r} ({div.op_type} {div.node!r})")
+        return err
 
     def table(self) -> Any:
         """The checks as a pandas DataFrame (columns runtime, kind, name, status, detail)."""
@@ -187,10 +207,13 @@ class VerificationReport:
         return pd.DataFrame([c.to_dict() for c in self.checks], columns=["runtime", "kind", "name", "status", "detail"])
 
     def to_dict(self) -> dict[str, Any]:
-        return {"bundle": self.bundle, "ok": self.ok, "checks": [c.to_dict() for c in self.checks], "runs": [r.to_dict() for r in self.runs]}
+        return {"bundle": self.bundle, "ok": self.ok, "verdict": self.verdict.to_dict(), "checks": [c.to_dict() for c in self.checks],
+                "runs": [r.to_dict() for r in self.runs]}
 
     def __repr__(self) -> str:
-        return f"VerificationReport({Path(self.bundle).name}, ok={self.ok}, {len(self.checks)} checks, {len(self.failures)} failed)"
+        v = self.verdict
+        return (f"VerificationReport({Path(self.bundle).name}, deployable={v.deployable}, {len(v.warnings)} warning(s), "
+                f"{len(self.checks)} checks, {len(self.failures)} failed)")
 
 
 def resolve_bundle(path: str | Path) -> Path:

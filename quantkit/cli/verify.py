@@ -20,11 +20,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "output codes differ from the simulation's on its own (fed the simulation's inputs), else cut the model to name the "
             "first diverging tensor and its op. Prints a pass/fail table and, last, whether to deploy: the decisions agreeing "
             "with FP32's within the interval bound with the thresholds make the bundle deployable, and numbers that differ from "
-            "the simulation are then a warning. Exit 0 when deployable, 4 when not, 5 when the target lacks an operator."
+            "the simulation are then a warning. Exit 0 when deployable, 4 when not, 5 when the target lacks an operator, 2 for a "
+            "runtime name no plug-in is registered for. With --out the same verdict sets the exit code (params verify.fail: "
+            "false keeps it 0 so 'dvc repro' finishes)."
         ),
     )
     p.add_argument("bundle", type=Path, help="bundle .tar/.tar.gz, its bundle.json, or the folder holding them (dist/)")
-    p.add_argument("--runtime", action="append", metavar="NAME", help="onnxruntime | openvino | all (repeatable; default onnxruntime)")
+    p.add_argument("--runtime", action="append", metavar="NAME",
+                   help="onnxruntime | openvino | all | a registered plug-in (repeatable; default onnxruntime); another name is exit 2")
     p.add_argument("--providers", nargs="+", metavar="EP", help="ONNX Runtime execution providers in priority order (default CPUExecutionProvider)")
     p.add_argument("--target", metavar="PROFILE", help="also check a documentation-derived capability profile (tensorrt, npu-generic, a .json)")
     p.add_argument("--tolerance-steps", type=float, help="override the bundle's tolerance, in quantization steps")
@@ -66,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render(report) + "\n")
     err = report.error()
-    if err is not None and not report.deployable:
+    if err is not None:
         raise err
     return 0  # deployable: a numeric mismatch with the simulation alone is a warning (printed in the answer line)
 
@@ -77,7 +80,7 @@ def run_deployment(args: argparse.Namespace) -> int:
     from ..artifacts.verification import DeploymentVerification
     from ..bundle.deployment import DeploymentVerifyConfig, verify_deployment
     from ..config import config_from_params
-    from ..errors import ConfigError, VerificationError
+    from ..errors import ConfigError
 
     from ..calibset.model_sets import set_folders
     from ._roles import model_site_sets
@@ -106,8 +109,15 @@ def run_deployment(args: argparse.Namespace) -> int:
             for f in r.failures:
                 sys.stdout.write(f"    {f}\n")
         sys.stdout.write(f"wrote {args.out}\n")
-    if cfg.fail and not result.ok:
-        raise VerificationError(f"{args.bundle}: verification failed on {', '.join(r.runtime for r in result.runtimes if r.installed and not r.verified)}")
+        if result.verdict is not None:
+            sys.stdout.write(result.verdict.answer + "\n")
+    err = result.verdict.error(str(args.bundle)) if result.verdict is not None else None
+    if err is not None and not cfg.fail:  # params verify.fail: false lets `dvc repro` finish; the report shows the verdict
+        sys.stderr.write(f"quantkit verify: not deployable (exit {err.exit_code} with params verify.fail: true, as 'quantkit verify "
+                         f"{args.bundle}' exits); exit 0 because verify.fail is false\n")
+        return 0
+    if err is not None:
+        raise err
     return 0
 
 

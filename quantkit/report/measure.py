@@ -144,7 +144,8 @@ def measure(works: Sequence[str | Path], config: MeasureConfig | None = None, *,
         ``{"schema_version", "machine", "method", "latency": [{model, variant, runtime, threads, median_ms,
         vs_fp32, vs_deployed, best_float, vs_best_float, placement}], "skipped": {runtime: why}, "slower_than_fp32":
         ["model variant runtime@threads"], "slower_than_best_float": ["model variant runtime@threads (best float: label)"],
-        "node_time": [{model, variant, runtime, threads, total_ms, integer_kernel_share, conversion_ms, conversions, ...}]}``;
+        "node_time": [{model, variant, runtime, threads, total_ms, integer_kernel_share, integer_mac_share, macs_not_reported,
+        conversion_ms, conversions, ...}]}``;
         ``vs_*`` = the other's median / this median (above 1: faster). Milliseconds per inference, one image. Float
         variants are ``fp32`` (deployment settings) and, on OpenVINO, ``fp32-default``.
 
@@ -202,9 +203,12 @@ def measure(works: Sequence[str | Path], config: MeasureConfig | None = None, *,
 
 def _node_time(model: str, runtime: str, variants: dict[str, Path], feed: dict[str, Any], threads: int) -> list[dict[str, Any]]:
     """One profiled inference of each variant on ``runtime`` at its deployment settings
-    (:func:`quantkit.runtimes.precision.time_profile`); a runtime that cannot profile gives no row."""
+    (:func:`quantkit.runtimes.precision.time_profile`), with the share of Conv/MatMul MACs in integer kernels from the
+    same account (``integer_mac_share``, :func:`quantkit.runtimes.precision.integer_share`: the figure ``quantkit verify``
+    prints); a runtime that cannot profile gives no row."""
+    from ..modelio import load_model
     from ..runtimes import deployment_options, make_runtime
-    from ..runtimes.precision import time_profile
+    from ..runtimes.precision import integer_share, time_profile
 
     out = []
     for variant, path in variants.items():
@@ -215,8 +219,9 @@ def _node_time(model: str, runtime: str, variants: dict[str, Path], feed: dict[s
                 return []
         prof = time_profile(nodes)
         if prof.total_ms > 0:
+            macs = integer_share(load_model(path, load_external_data=False), nodes).to_dict()
             out.append({"model": model, "variant": variant, "runtime": runtime, "threads": threads, "placement": _placement(path),
-                        **prof.to_dict()})
+                        **prof.to_dict(), "integer_mac_share": macs["integer_share"], "macs_not_reported": macs["nodes_unknown"]})
     return out
 
 

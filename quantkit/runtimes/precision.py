@@ -7,10 +7,18 @@ inference:
 * ``ConvTranspose``: ``prod(X.shape) * prod(W.shape[1:])`` (``W`` is ``[C_in, C_out/group, k...]``);
 * ``MatMul`` / ``Gemm``: ``prod(Y.shape) * K`` with ``K`` the reduced dimension of ``A``.
 
-A compute node counts as integer when a runtime node that covers it (:attr:`NodePrecision.original`) is a
-convolution/matmul kernel whose precision is one of :data:`INTEGER_PRECISIONS`. The runtime says which
-nodes it fused and in which precision it ran them (ORT's profiler, OpenVINO's runtime model), so the
-share is the runtime's account, not a reading of the QDQ graph.
+A compute node counts as integer when a runtime node that covers it is an integer kernel
+(:func:`is_integer_kernel`: a convolution/matmul kernel whose precision is one of :data:`INTEGER_PRECISIONS`; the
+same test :func:`time_profile` uses for the time share, so ``quantkit verify`` and ``quantkit measure`` classify
+kernels alike). The runtime says which nodes it fused and in which precision it ran them (ORT's profiler,
+OpenVINO's runtime model), so the share is the runtime's account, not a reading of the QDQ graph.
+
+Which ONNX compute node a kernel covers (:func:`kernel_coverage`): first the names it reports
+(:attr:`NodePrecision.original`: node names, output tensor names, OpenVINO's ``<node>/WithoutBiases``); a kernel that
+names no compute node is a Conv/MatMul fused with the float operations after it, renamed by the runtime (OpenVINO folds
+``Conv -> Mul(scale) -> Add`` into one ``Convolution`` called ``Multiply_<n>`` whose original names are only ``add``
+and what follows; issue 39: 28 of PP-OCR's 64 Convs), and covers the nearest compute node upstream of the nodes it
+names, through non-compute operations, that no other kernel names.
 """
 
 from __future__ import annotations
@@ -107,25 +115,90 @@ def _macs(node: Any, x: list[int] | None, w: list[int] | None, y: list[int] | No
     return 0
 
 
-def integer_share(model: Any, nodes: Sequence[NodePrecision]) -> PrecisionSummary:
-    """MAC-weighted share of ``model``'s compute nodes that ``nodes`` (a runtime's account) ran in integers."""
-    macs = compute_macs(model)
+def is_integer_kernel(node: NodePrecision) -> bool:
+    """Whether a runtime node is a convolution/matmul kernel (by its runtime type: ``QLinearConv``, ``Convolution``,
+    ``FullyConnected``, ...) that computed in an integer precision (:data:`INTEGER_PRECISIONS`, case-insensitive)."""
+    return bool(_KERNEL.search(node.op_type)) and node.precision.lower() in INTEGER_PRECISIONS
+
+
+UPSTREAM_STEPS = 8
+"""How many operations back from the nodes a fused kernel names :func:`kernel_coverage` looks for its compute node."""
+
+
+def kernel_coverage(model: Any, nodes: Sequence[NodePrecision]) -> dict[str, NodePrecision]:
+    """``{ONNX compute node name: the runtime kernel that ran it}`` for the Conv/ConvTranspose/MatMul/Gemm nodes of
+    ``model`` (names as :func:`compute_macs`) that a convolution/matmul kernel of ``nodes`` covers (module docstring).
+
+    A node covered by several kernels keeps the first integer one (else the first). Kernels that name no compute node
+    are resolved after every named one, each to the nearest unclaimed compute node at most :data:`UPSTREAM_STEPS`
+    operations upstream (ties: every one at that distance)."""
     names = onnx_node_names(model)
-    seen: dict[str, str] = {}
+    compute = {(n.name or f"{n.op_type}_{i}") for i, n in enumerate(model.graph.node) if n.op_type in COMPUTE_OPS}
+    covered: dict[str, NodePrecision] = {}
+
+    def claim(onnx_name: str, rn: NodePrecision) -> None:
+        if onnx_name not in covered or (not is_integer_kernel(covered[onnx_name]) and is_integer_kernel(rn)):
+            covered[onnx_name] = rn
+
+    fused: list[tuple[NodePrecision, list[str]]] = []
     for rn in nodes:
         if not _KERNEL.search(rn.op_type):
             continue
-        for orig in rn.original:  # OpenVINO names a Conv's bias-free part "<node>/WithoutBiases"
-            onnx_name = names.get(orig) or names.get(orig.split("/", 1)[0])
-            if onnx_name in macs and (seen.get(onnx_name) not in INTEGER_PRECISIONS):
-                seen[onnx_name] = rn.precision
+        named = [names.get(o) or names.get(o.rsplit("/", 1)[0]) or names.get(o.split("/", 1)[0]) for o in rn.original]
+        direct = [n for n in named if n in compute]
+        for n in direct:
+            claim(n, rn)
+        if not direct:
+            fused.append((rn, [n for n in named if n]))
+    if fused:
+        producer = _producers(model)
+        for rn, named in fused:
+            for n in _nearest_compute(named, producer, compute, set(covered)):
+                claim(n, rn)
+    return covered
+
+
+def _producers(model: Any) -> dict[str, tuple[str, list[str]]]:
+    """``{ONNX node name: (op_type, names of the nodes producing its inputs)}`` (initializers and graph inputs left out)."""
+    out_of = {}
+    for i, n in enumerate(model.graph.node):
+        for o in n.output:
+            out_of[o] = n.name or f"{n.op_type}_{i}"
+    return {(n.name or f"{n.op_type}_{i}"): (n.op_type, [out_of[t] for t in n.input if t in out_of]) for i, n in enumerate(model.graph.node)}
+
+
+def _nearest_compute(start: Sequence[str], producer: dict[str, tuple[str, list[str]]], compute: set[str], taken: set[str]) -> list[str]:
+    """The unclaimed compute nodes nearest upstream of ``start`` (breadth first, not through another compute node)."""
+    frontier, seen = list(dict.fromkeys(start)), set(start)
+    for _ in range(UPSTREAM_STEPS):
+        found = [n for n in frontier if n in compute and n not in taken]
+        if found:
+            return found
+        nxt = []
+        for n in frontier:
+            if n in compute:
+                continue  # a compute node another kernel ran: what lies above it is not this kernel's
+            for p in producer.get(n, ("", []))[1]:
+                if p not in seen:
+                    seen.add(p)
+                    nxt.append(p)
+        frontier = nxt
+    return []
+
+
+def integer_share(model: Any, nodes: Sequence[NodePrecision]) -> PrecisionSummary:
+    """MAC-weighted share of ``model``'s compute nodes that ``nodes`` (a runtime's account) ran in integers, each compute
+    node mapped to its kernel by :func:`kernel_coverage`."""
+    macs = compute_macs(model)
+    covered = kernel_coverage(model, nodes)
+    seen = {name: rn.precision for name, rn in covered.items() if name in macs}
     total = sum(macs.values())
     by_prec: dict[str, int] = {}
     for name, m in macs.items():
         p = seen.get(name, "unknown")
         by_prec[p] = by_prec.get(p, 0) + m
-    integer = sum(m for p, m in by_prec.items() if p in INTEGER_PRECISIONS)
-    n_int = sum(seen.get(n) in INTEGER_PRECISIONS for n in macs)
+    integer = sum(m for p, m in by_prec.items() if p.lower() in INTEGER_PRECISIONS)
+    n_int = sum(name in covered and is_integer_kernel(covered[name]) for name in macs)
     n_unknown = sum(n not in seen for n in macs)
     return PrecisionSummary(integer / total if total else float("nan"), n_int, len(macs) - n_int - n_unknown, n_unknown, total,
                             tuple(sorted(by_prec.items())))
@@ -168,7 +241,7 @@ def time_profile(nodes: Sequence[NodePrecision]) -> TimeProfile:
     kinds: dict[tuple[str, str], float] = {}
     for n in timed:
         kinds[(n.op_type, n.precision)] = kinds.get((n.op_type, n.precision), 0.0) + (n.time_ms or 0.0)
-    integer = sum(n.time_ms or 0.0 for n in timed if _KERNEL.search(n.op_type) and n.precision.lower() in INTEGER_PRECISIONS)
+    integer = sum(n.time_ms or 0.0 for n in timed if is_integer_kernel(n))
     conv = sorted((n for n in timed if n.op_type in CONVERSION_TYPES), key=lambda n: -(n.time_ms or 0.0))
     return TimeProfile(total, integer / total if total else 0.0, sum(n.time_ms or 0.0 for n in conv), tuple(n.node for n in conv),
                        tuple(sorted(kinds.items(), key=lambda kv: -kv[1])))
