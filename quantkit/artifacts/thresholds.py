@@ -66,6 +66,58 @@ class IntegerThreshold(Config):
                 f"[{self.dtype}, scale={self.scale:.6g}, zp={self.zero_point}])")
 
 
+NEAR_LINE_STEPS = 8
+"""How many integer steps from the line :class:`NearLineCounts` counts (``within[0]`` .. ``within[7]``): the largest
+``thresholds.near_line_steps`` a report can ask for."""
+
+
+@dataclasses.dataclass(frozen=True)
+class NearLineCounts(Config):
+    """How close FP32's decisions on a set of images lie to one bound threshold, in integer steps.
+
+    A decision is one item the task's primary threshold keeps or drops (:meth:`quantkit.tasks.TaskAdapter.near_line_values`:
+    a text region's mean probability, a box's score, a class's probability), with its value on the scale of the tensor
+    the threshold's integer form compares against. One integer step is that tensor's ``scale``: ONNX
+    ``DequantizeLinear`` gives ``(q - zero_point) * scale``, so neighbouring codes lie ``scale`` apart in the tensor's own
+    float units (https://onnx.ai/onnx/operators/onnx__DequantizeLinear.html). A decision whose value lies within one
+    step of the line can flip when its code moves by one, which a small change of the input or the calibration does.
+
+    Fields: ``threshold`` (the threshold's name, the task's ``PRIMARY``), ``step`` (the tensor's scale, float units of
+    the tensor), ``line`` (the threshold on the tensor's scale, :attr:`IntegerThreshold.float_value`), ``decisions``
+    (how many FP32 decisions were counted) and ``within``: ``within[i]`` decisions with ``|value - line| <= (i + 1) *
+    step``, for ``i`` in ``0 .. NEAR_LINE_STEPS - 1`` (non-decreasing, each ``<= decisions``).
+    """
+
+    VERSIONED: ClassVar[bool] = False
+
+    threshold: str
+    step: float
+    line: float
+    decisions: int
+    within: tuple[int, ...]
+
+    def validate(self) -> None:
+        if not (self.step > 0 and np.isfinite(self.step)):
+            raise ConfigError(f"near_line.step: {self.step} must be a positive finite scale")
+        w = list(self.within)
+        if len(w) != NEAR_LINE_STEPS or any(b < a for a, b in zip(w, w[1:])) or (w and (w[0] < 0 or w[-1] > self.decisions)):
+            raise ConfigError(f"near_line.within: {w} must hold {NEAR_LINE_STEPS} non-decreasing counts between 0 and "
+                              f"decisions ({self.decisions})")
+
+    def share(self, k: int = 1) -> float:
+        """Share (0..1) of the decisions within ``k`` integer steps of the line; 0.0 when there were none.
+
+        Raises:
+            ConfigError: ``k`` outside ``1 .. NEAR_LINE_STEPS``.
+        """
+        if not 1 <= k <= NEAR_LINE_STEPS:
+            raise ConfigError(f"near-line steps {k} must be in 1..{NEAR_LINE_STEPS}")
+        return self.within[k - 1] / self.decisions if self.decisions else 0.0
+
+    def __repr__(self) -> str:
+        return f"NearLineCounts({self.threshold}, {self.within[0]}/{self.decisions} within 1 step of {self.line:.4g} (step {self.step:.4g}))"
+
+
 @dataclasses.dataclass(frozen=True)
 class Binding(Config):
     """What a threshold set is bound to: FP32 model digest, record fingerprint, calibration set id/name,
@@ -181,10 +233,12 @@ class ThresholdSet(Artifact):
     ``values``: deployed float thresholds for this model; ``fp32_values``: those of the FP32 model;
     ``options``: the adapter's other settings; ``integer_domain``: name -> :class:`IntegerThreshold`;
     ``operating_point``: how ``values`` were chosen and what they achieve (see
-    :mod:`quantkit.thresholds.operating_point`); ``fingerprint``: SHA-256 of everything else.
+    :mod:`quantkit.thresholds.operating_point`); ``near_line``: how close FP32's decisions on the reference set lie to
+    the primary threshold, in integer steps (:class:`NearLineCounts`; the calibration-side baseline of "decisions near
+    the line"; None when the primary threshold has no integer form); ``fingerprint``: SHA-256 of everything else.
     """
 
-    SCHEMA_VERSION: ClassVar[int] = 2
+    SCHEMA_VERSION: ClassVar[int] = 3
     KIND: ClassVar[str] = "threshold set"
     FILENAME: ClassVar[str] = "thresholds.json"
     PRODUCER: ClassVar[str] = "quantkit bind"
@@ -196,6 +250,7 @@ class ThresholdSet(Artifact):
     integer_domain: dict[str, IntegerThreshold] = dataclasses.field(default_factory=dict)
     binding: Binding = dataclasses.field(default_factory=Binding)
     operating_point: OperatingPoint | None = None
+    near_line: NearLineCounts | None = None
     fingerprint: str = ""
 
     def validate(self) -> None:
@@ -205,16 +260,18 @@ class ThresholdSet(Artifact):
 
     @classmethod
     def migrate(cls, data: dict[str, Any], version: Any, path: Path) -> dict[str, Any]:
-        """Schema 1 (quantkit 0.1) -> 2: the operating point became typed. The version-1 fingerprint is checked
-        first (a hand-edited file stays refused); the untyped operating point is dropped (re-run ``quantkit
-        bind`` to get its estimates), everything the binding needs is kept."""
-        if version != 1:
+        """Older schemas -> 3. The old fingerprint is checked first (a hand-edited file stays refused).
+        Schema 1 (quantkit 0.1) -> 2: the operating point became typed; the untyped one is dropped (re-run ``quantkit
+        bind`` to get its estimates), everything the binding needs is kept. Schema 2 -> 3: ``near_line`` was added;
+        it stays None (no calibration baseline for "decisions near the line" until ``quantkit bind`` re-runs)."""
+        if version not in (1, 2):
             return super().migrate(data, version, path)
         old = dict(data)
         claimed = old.pop("fingerprint", "")
         if fingerprint(old) != claimed:
             raise InputFileError(f"{path}: fingerprint does not match the content of this {cls.KIND} (edited by hand?){cls._rerun()}")
-        new = {k: v for k, v in data.items() if k not in ("operating_point", "fingerprint", "schema_version")}
+        dropped = ("fingerprint", "schema_version", "near_line") + (("operating_point",) if version == 1 else ())
+        new = {k: v for k, v in data.items() if k not in dropped}
         new["schema_version"] = cls.SCHEMA_VERSION
         obj = cls.from_dict(new, where=str(path)).sealed()
         return obj.to_dict()

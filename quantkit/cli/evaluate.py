@@ -41,13 +41,15 @@ def run(args: argparse.Namespace) -> int:
     from ..thresholds.causes import causes_hint
 
     task = config_from_params(TaskConfig, args.params, "task", model=args.model).make()
-    floor = config_from_params(ThresholdsConfig, args.params, "thresholds", model=args.model).min_agreement
+    thresholds = config_from_params(ThresholdsConfig, args.params, "thresholds", model=args.model)
+    floor = thresholds.min_agreement
     quantized = {"deployed": (args.deployed, args.deployed_thresholds)}
     if (args.candidate is None) != (args.candidate_thresholds is None):
         raise ConfigError("--candidate and --candidate-thresholds go together; pass both or neither")
     if args.candidate is not None:
         quantized["candidate"] = (args.candidate, args.candidate_thresholds)
-    result = evaluate(args.site_set, args.fp32, quantized, task, args.out, min_agreement=floor)
+    result = evaluate(args.site_set, args.fp32, quantized, task, args.out, min_agreement=floor,
+                      near_line_steps=thresholds.near_line_steps)
     s = result.summary
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict(), indent=2, sort_keys=True) + "\n")
