@@ -10,7 +10,8 @@ Output folder (written atomically): ``summary.json`` (:class:`quantkit.artifacts
 (image, variant, n_detections, the primary metric of the image, then every count behind the task's metrics),
 ``score_hist.json`` (``{bin_edges (1001 over [0, 1]), counts{model}, source}``: what the task's
 ``histogram_values`` are, accumulated per model) and ``detections.json`` (per image and variant, the decision in
-source-image pixels). Nothing machine-dependent is written (no timings), so the same inputs give the same bytes.
+source-image pixels). ``summary.json`` also holds, per role whose primary threshold has an integer form, the
+decisions near the line (:class:`quantkit.artifacts.evaluation.NearLine`, :mod:`quantkit.thresholds.near_line`). Nothing machine-dependent is written (no timings), so the same inputs give the same bytes.
 """
 
 from __future__ import annotations
