@@ -95,20 +95,22 @@ def test_a_baseline_for_another_line_is_not_compared():
     assert near_line(site, other, 3).baseline is None
 
 
-def test_threshold_set_carries_the_baseline_and_reads_schema_2(tmp_path):
+def test_threshold_set_carries_the_baseline_and_older_sets_keep_their_fingerprint(tmp_path):
     base = NearLineCounts("cls_thresh", STEP, 0.9, 10, (1, 2, 3, 4, 5, 6, 7, 8))
     ts = ThresholdSet(adapter="classifier", values={"cls_thresh": 0.9}, fp32_values={"cls_thresh": 0.9}, integer_domain=BOUND,
                       binding=Binding(model_digest="ab" * 32), near_line=base)
     path = ts.save(tmp_path / "t.json")
     assert ThresholdSet.load(path).near_line == base
-    # a schema-2 file (bound before the baseline was counted) loads, its fingerprint checked, with no baseline
+    # a file bound before quantkit counted the baseline (no near_line key) loads with the fingerprint it was sealed with,
+    # so the evaluations, verifications and bundle manifests that name it still match
     from quantkit._io import fingerprint
 
     old = {k: v for k, v in ts.to_dict().items() if k not in ("near_line", "fingerprint")}
-    old["schema_version"] = 2
     old["fingerprint"] = fingerprint(old)
-    (tmp_path / "v2.json").write_text(json.dumps(old))
-    assert ThresholdSet.load(tmp_path / "v2.json").near_line is None
+    (tmp_path / "before.json").write_text(json.dumps(old))
+    loaded = ThresholdSet.load(tmp_path / "before.json")
+    assert loaded.near_line is None and loaded.fingerprint == old["fingerprint"] == loaded.content_fingerprint()
+    assert ThresholdSet.load(path).fingerprint != loaded.fingerprint  # the baseline is sealed in when present
     old["values"] = {"cls_thresh": 0.8}
     (tmp_path / "edited.json").write_text(json.dumps(old))
     with pytest.raises(InputFileError, match="fingerprint"):

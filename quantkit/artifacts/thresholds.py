@@ -235,10 +235,11 @@ class ThresholdSet(Artifact):
     ``operating_point``: how ``values`` were chosen and what they achieve (see
     :mod:`quantkit.thresholds.operating_point`); ``near_line``: how close FP32's decisions on the reference set lie to
     the primary threshold, in integer steps (:class:`NearLineCounts`; the calibration-side baseline of "decisions near
-    the line"; None when the primary threshold has no integer form); ``fingerprint``: SHA-256 of everything else.
+    the line"; None when the primary threshold has no integer form, or in a set bound before quantkit counted it:
+    re-run ``quantkit bind``); ``fingerprint``: SHA-256 of everything else.
     """
 
-    SCHEMA_VERSION: ClassVar[int] = 3
+    SCHEMA_VERSION: ClassVar[int] = 2
     KIND: ClassVar[str] = "threshold set"
     FILENAME: ClassVar[str] = "thresholds.json"
     PRODUCER: ClassVar[str] = "quantkit bind"
@@ -260,21 +261,29 @@ class ThresholdSet(Artifact):
 
     @classmethod
     def migrate(cls, data: dict[str, Any], version: Any, path: Path) -> dict[str, Any]:
-        """Older schemas -> 3. The old fingerprint is checked first (a hand-edited file stays refused).
-        Schema 1 (quantkit 0.1) -> 2: the operating point became typed; the untyped one is dropped (re-run ``quantkit
-        bind`` to get its estimates), everything the binding needs is kept. Schema 2 -> 3: ``near_line`` was added;
-        it stays None (no calibration baseline for "decisions near the line" until ``quantkit bind`` re-runs)."""
-        if version not in (1, 2):
+        """Schema 1 (quantkit 0.1) -> 2: the operating point became typed. The version-1 fingerprint is checked
+        first (a hand-edited file stays refused); the untyped operating point is dropped (re-run ``quantkit
+        bind`` to get its estimates), everything the binding needs is kept."""
+        if version != 1:
             return super().migrate(data, version, path)
         old = dict(data)
         claimed = old.pop("fingerprint", "")
         if fingerprint(old) != claimed:
             raise InputFileError(f"{path}: fingerprint does not match the content of this {cls.KIND} (edited by hand?){cls._rerun()}")
-        dropped = ("fingerprint", "schema_version", "near_line") + (("operating_point",) if version == 1 else ())
-        new = {k: v for k, v in data.items() if k not in dropped}
+        new = {k: v for k, v in data.items() if k not in ("operating_point", "fingerprint", "schema_version")}
         new["schema_version"] = cls.SCHEMA_VERSION
         obj = cls.from_dict(new, where=str(path)).sealed()
         return obj.to_dict()
+
+    def content_fingerprint(self) -> str:
+        """SHA-256 over ``to_dict()`` without ``fingerprint``; ``near_line`` enters only when set, so a threshold set bound
+        before quantkit counted it keeps its fingerprint (the evaluations, verifications and bundles that name it still
+        match; a bundle's manifest pins it)."""
+        d = self.to_dict()
+        d.pop("fingerprint", None)
+        if d.get("near_line") is None:
+            d.pop("near_line", None)
+        return fingerprint(d)
 
     def adapter_options(self, *, fp32: bool = False) -> dict[str, Any]:
         """The task adapter's options at this set's thresholds (``fp32=True``: at the FP32 thresholds):
