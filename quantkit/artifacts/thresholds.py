@@ -12,6 +12,7 @@ bundle and verify.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 from pathlib import Path
 from typing import Any, ClassVar
@@ -100,7 +101,7 @@ class NearLineCounts(Config):
         if not (self.step > 0 and np.isfinite(self.step)):
             raise ConfigError(f"near_line.step: {self.step} must be a positive finite scale")
         w = list(self.within)
-        if len(w) != NEAR_LINE_STEPS or any(b < a for a, b in zip(w, w[1:])) or (w and (w[0] < 0 or w[-1] > self.decisions)):
+        if len(w) != NEAR_LINE_STEPS or any(b < a for a, b in itertools.pairwise(w)) or (w and (w[0] < 0 or w[-1] > self.decisions)):
             raise ConfigError(f"near_line.within: {w} must hold {NEAR_LINE_STEPS} non-decreasing counts between 0 and "
                               f"decisions ({self.decisions})")
 

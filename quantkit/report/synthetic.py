@@ -34,7 +34,7 @@ NEAR_LINE_BASELINE = 0.03
 def _region_scores(rng: np.random.Generator, n: int, line: float, step: float, near: float) -> np.ndarray:
     """``n`` text-region scores (mean probabilities): a share ``near`` hugging ``line`` (within half a step of it, so
     within one integer step), the rest far from it (text near 0.85, background blobs near 0.15)."""
-    k = int(round(near * n))
+    k = round(near * n)
     hug = line + rng.uniform(-0.5, 0.5, k) * step
     far = np.where(rng.random(n - k) < 0.6, rng.normal(0.85, 0.04, n - k), rng.normal(0.15, 0.04, n - k))
     return np.clip(np.concatenate([hug, far]), 0.0, 1.0)
@@ -130,7 +130,8 @@ def write_inputs(root: str | Path, *, model: str = "ppocr_det", sites: Sequence[
     from ..artifacts.record import SetRef
     from ..evaluate.run import rows_csv, summarize_rows
     from ..tasks.maps import DBTextAdapter
-    from ..thresholds.near_line import NearLineCounter, near_line as near_line_result
+    from ..thresholds.near_line import NearLineCounter
+    from ..thresholds.near_line import near_line as near_line_result
 
     root = Path(root)
     work = root / "work" / model
