@@ -192,6 +192,17 @@ def test_evaluate_writes_the_contract_folder(work, capsys):
     det = json.loads((out / "detections.json").read_text())
     poly = det["images"]["images/0008.png"]["fp32"]["polygons"]
     assert poly and all(isinstance(v, int) for v in np.ravel(poly).tolist())
+    # decisions near the line: FP32's text regions counted against each role's bound box_thresh, in steps of the map's
+    # scale, beside the baseline bind counted on the reference set
+    from quantkit.artifacts import ThresholdSet
+
+    for role in ("deployed", "candidate"):
+        ts = ThresholdSet.load(work / "th" / f"{role}.json")
+        nl = summary.near_line[role]
+        assert ts.near_line is not None and ts.near_line.decisions > 0 and nl.baseline == ts.near_line
+        assert nl.site.threshold == "box_thresh" and nl.site.step == ts.integer_domain["box_thresh"].scale and nl.k == 3
+        assert nl.site.line == ts.integer_domain["box_thresh"].float_value and nl.reference_set == "ref-day"
+        assert 0 < nl.decisions and 0.0 <= nl.share_1 <= nl.share_k <= 1.0
 
 
 @pytest.mark.slow

@@ -106,7 +106,8 @@ def test_files_are_written_self_contained_and_byte_identical(paths, tmp_path):
     # nothing external but the optional machine-measurement sidecar beside the report
     assert {x for x in re.findall(r"""(?:src|href)=["'](?!data:|#)([^"']+)""", html)} <= {"machine/measurements.js", "machine/ppocr_det/measurements.js"}
     assert "http" not in body
-    assert html.count('src="data:image/png;base64,') >= 5 and html.count('src="data:image/jpeg;base64,') == 9
+    # agreement, drift, decisions near the line (one per model, in place of the per-site score histograms)
+    assert html.count('src="data:image/png;base64,') >= 3 and html.count('src="data:image/jpeg;base64,') == 9
     assert "<b>no change</b>" in html and "Details for engineers" in html
     md = (out / "shift_report.md").read_text()
     assert md.startswith("# Quantization shift report\n\n## ppocr_det: **NEEDS REVIEW**") and "| cam1-night | deployed |" in md

@@ -12,8 +12,10 @@ import dataclasses
 from typing import Any, ClassVar
 
 from ..config import Config
+from ..errors import ConfigError
 from .base import Artifact
 from .record import SetRef
+from .thresholds import NearLineCounts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +66,74 @@ class EvaluatedModel(Config):
 
 
 @dataclasses.dataclass(frozen=True)
+class NearLine(Config):
+    """Decisions near the line: how many of FP32's decisions on the site set lie within one (and ``k``) integer steps
+    of a role's bound primary threshold, against the same share on the reference set that role's thresholds were
+    bound on (its calibration-side baseline). Label-free: a rising share says INT8's decisions are becoming fragile
+    (a one-code move flips them) before agreement with FP32 falls.
+
+    ``site``: the counts on this site set (:class:`quantkit.artifacts.thresholds.NearLineCounts`: the step is the
+    scale of the tensor the threshold compares against, in that tensor's float units); ``baseline``: the threshold
+    set's counts on its reference set (None when it was bound before quantkit counted them: re-run ``quantkit bind``);
+    ``k``: the wider band, in steps (``thresholds.near_line_steps``); ``reference_set``: the baseline's set name.
+    Shares are 0..1; changes are site minus baseline, in share units (0.09 = 9 percentage points); None without a
+    baseline.
+    """
+
+    VERSIONED: ClassVar[bool] = False
+
+    site: NearLineCounts
+    k: int
+    baseline: NearLineCounts | None = None
+    reference_set: str = ""
+
+    def validate(self) -> None:
+        if not 1 <= self.k <= len(self.site.within):
+            raise ConfigError(f"near_line.k: {self.k} must be in 1..{len(self.site.within)}")
+        if self.baseline is not None and self.baseline.threshold != self.site.threshold:
+            raise ConfigError(f"near_line: baseline counts threshold {self.baseline.threshold!r}, the site set {self.site.threshold!r}")
+
+    @property
+    def decisions(self) -> int:
+        """FP32 decisions counted on the site set."""
+        return self.site.decisions
+
+    @property
+    def share_1(self) -> float:
+        """Share of the site set's FP32 decisions within one integer step of the line (0..1)."""
+        return self.site.share(1)
+
+    @property
+    def share_k(self) -> float:
+        """Share within ``k`` integer steps (0..1)."""
+        return self.site.share(self.k)
+
+    @property
+    def baseline_1(self) -> float | None:
+        """The same share within one step on the reference set (None without a baseline)."""
+        return self.baseline.share(1) if self.baseline is not None else None
+
+    @property
+    def baseline_k(self) -> float | None:
+        """The share within ``k`` steps on the reference set (None without a baseline)."""
+        return self.baseline.share(self.k) if self.baseline is not None else None
+
+    @property
+    def change_1(self) -> float | None:
+        """``share_1 - baseline_1`` (None without a baseline)."""
+        return None if self.baseline_1 is None else self.share_1 - self.baseline_1
+
+    @property
+    def change_k(self) -> float | None:
+        """``share_k - baseline_k`` (None without a baseline)."""
+        return None if self.baseline_k is None else self.share_k - self.baseline_k
+
+    def __repr__(self) -> str:
+        base = "no baseline" if self.baseline_1 is None else f"baseline {self.baseline_1:.1%}"
+        return f"NearLine({self.site.threshold}: {self.share_1:.1%} of {self.decisions} within 1 step, {base})"
+
+
+@dataclasses.dataclass(frozen=True)
 class EvalSummary(Artifact):
     """The evaluation of one site set (see the module docstring)."""
 
@@ -85,6 +155,9 @@ class EvalSummary(Artifact):
     fp32_thresholds: dict[str, float]
     variants: dict[str, VariantSummary]
     models: dict[str, EvaluatedModel] = dataclasses.field(default_factory=dict)
+    near_line: dict[str, NearLine] = dataclasses.field(default_factory=dict)
+    """Role -> :class:`NearLine` (roles whose primary threshold has an integer form); absent in summaries written
+    before quantkit counted it (no key, no near-line section in the report)."""
 
     def metric(self, name: str) -> MetricInfo:
         """The metric named ``name``. Raises KeyError."""

@@ -12,6 +12,7 @@ bundle and verify.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 from pathlib import Path
 from typing import Any, ClassVar
@@ -64,6 +65,58 @@ class IntegerThreshold(Config):
     def __repr__(self) -> str:
         return (f"IntegerThreshold({self.tensor!r}, x{self.comparison}{self.float_value} <=> q>={self.decision_value} "
                 f"[{self.dtype}, scale={self.scale:.6g}, zp={self.zero_point}])")
+
+
+NEAR_LINE_STEPS = 8
+"""How many integer steps from the line :class:`NearLineCounts` counts (``within[0]`` .. ``within[7]``): the largest
+``thresholds.near_line_steps`` a report can ask for."""
+
+
+@dataclasses.dataclass(frozen=True)
+class NearLineCounts(Config):
+    """How close FP32's decisions on a set of images lie to one bound threshold, in integer steps.
+
+    A decision is one item the task's primary threshold keeps or drops (:meth:`quantkit.tasks.TaskAdapter.near_line_values`:
+    a text region's mean probability, a box's score, a class's probability), with its value on the scale of the tensor
+    the threshold's integer form compares against. One integer step is that tensor's ``scale``: ONNX
+    ``DequantizeLinear`` gives ``(q - zero_point) * scale``, so neighbouring codes lie ``scale`` apart in the tensor's own
+    float units (https://onnx.ai/onnx/operators/onnx__DequantizeLinear.html). A decision whose value lies within one
+    step of the line can flip when its code moves by one, which a small change of the input or the calibration does.
+
+    Fields: ``threshold`` (the threshold's name, the task's ``PRIMARY``), ``step`` (the tensor's scale, float units of
+    the tensor), ``line`` (the threshold on the tensor's scale, :attr:`IntegerThreshold.float_value`), ``decisions``
+    (how many FP32 decisions were counted) and ``within``: ``within[i]`` decisions with ``|value - line| <= (i + 1) *
+    step``, for ``i`` in ``0 .. NEAR_LINE_STEPS - 1`` (non-decreasing, each ``<= decisions``).
+    """
+
+    VERSIONED: ClassVar[bool] = False
+
+    threshold: str
+    step: float
+    line: float
+    decisions: int
+    within: tuple[int, ...]
+
+    def validate(self) -> None:
+        if not (self.step > 0 and np.isfinite(self.step)):
+            raise ConfigError(f"near_line.step: {self.step} must be a positive finite scale")
+        w = list(self.within)
+        if len(w) != NEAR_LINE_STEPS or any(b < a for a, b in itertools.pairwise(w)) or (w and (w[0] < 0 or w[-1] > self.decisions)):
+            raise ConfigError(f"near_line.within: {w} must hold {NEAR_LINE_STEPS} non-decreasing counts between 0 and "
+                              f"decisions ({self.decisions})")
+
+    def share(self, k: int = 1) -> float:
+        """Share (0..1) of the decisions within ``k`` integer steps of the line; 0.0 when there were none.
+
+        Raises:
+            ConfigError: ``k`` outside ``1 .. NEAR_LINE_STEPS``.
+        """
+        if not 1 <= k <= NEAR_LINE_STEPS:
+            raise ConfigError(f"near-line steps {k} must be in 1..{NEAR_LINE_STEPS}")
+        return self.within[k - 1] / self.decisions if self.decisions else 0.0
+
+    def __repr__(self) -> str:
+        return f"NearLineCounts({self.threshold}, {self.within[0]}/{self.decisions} within 1 step of {self.line:.4g} (step {self.step:.4g}))"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,7 +234,10 @@ class ThresholdSet(Artifact):
     ``values``: deployed float thresholds for this model; ``fp32_values``: those of the FP32 model;
     ``options``: the adapter's other settings; ``integer_domain``: name -> :class:`IntegerThreshold`;
     ``operating_point``: how ``values`` were chosen and what they achieve (see
-    :mod:`quantkit.thresholds.operating_point`); ``fingerprint``: SHA-256 of everything else.
+    :mod:`quantkit.thresholds.operating_point`); ``near_line``: how close FP32's decisions on the reference set lie to
+    the primary threshold, in integer steps (:class:`NearLineCounts`; the calibration-side baseline of "decisions near
+    the line"; None when the primary threshold has no integer form, or in a set bound before quantkit counted it:
+    re-run ``quantkit bind``); ``fingerprint``: SHA-256 of everything else.
     """
 
     SCHEMA_VERSION: ClassVar[int] = 2
@@ -196,6 +252,7 @@ class ThresholdSet(Artifact):
     integer_domain: dict[str, IntegerThreshold] = dataclasses.field(default_factory=dict)
     binding: Binding = dataclasses.field(default_factory=Binding)
     operating_point: OperatingPoint | None = None
+    near_line: NearLineCounts | None = None
     fingerprint: str = ""
 
     def validate(self) -> None:
@@ -218,6 +275,16 @@ class ThresholdSet(Artifact):
         new["schema_version"] = cls.SCHEMA_VERSION
         obj = cls.from_dict(new, where=str(path)).sealed()
         return obj.to_dict()
+
+    def content_fingerprint(self) -> str:
+        """SHA-256 over ``to_dict()`` without ``fingerprint``; ``near_line`` enters only when set, so a threshold set bound
+        before quantkit counted it keeps its fingerprint (the evaluations, verifications and bundles that name it still
+        match; a bundle's manifest pins it)."""
+        d = self.to_dict()
+        d.pop("fingerprint", None)
+        if d.get("near_line") is None:
+            d.pop("near_line", None)
+        return fingerprint(d)
 
     def adapter_options(self, *, fp32: bool = False) -> dict[str, Any]:
         """The task adapter's options at this set's thresholds (``fp32=True``: at the FP32 thresholds):

@@ -42,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
     from ..thresholds import ThresholdsConfig
 
     task = config_from_params(TaskConfig, args.params, "task", model=args.model).make()
-    floor = config_from_params(ThresholdsConfig, args.params, "thresholds", model=args.model).min_agreement
+    thresholds = config_from_params(ThresholdsConfig, args.params, "thresholds", model=args.model)
+    floor = thresholds.min_agreement
     quantized = {"deployed": (args.deployed, args.deployed_thresholds)}
     if (args.candidate is None) != (args.candidate_thresholds is None):
         raise ConfigError("--candidate and --candidate-thresholds go together; pass both or neither")
@@ -52,9 +53,11 @@ def run(args: argparse.Namespace) -> int:
     from ..evaluate.sets import evaluate_sets
 
     if (args.site_set / MANIFEST).is_file():
-        results = [evaluate(args.site_set, args.fp32, quantized, task, args.out, min_agreement=floor)]
+        results = [evaluate(args.site_set, args.fp32, quantized, task, args.out, min_agreement=floor,
+                            near_line_steps=thresholds.near_line_steps)]
     else:
-        results = evaluate_sets(args.site_set, args.fp32, quantized, task, args.out, min_agreement=floor)
+        results = evaluate_sets(args.site_set, args.fp32, quantized, task, args.out, min_agreement=floor,
+                                near_line_steps=thresholds.near_line_steps)
     if args.json:
         data = results[0].to_dict() if len(results) == 1 and (args.site_set / MANIFEST).is_file() else [r.to_dict() for r in results]
         sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")

@@ -10,7 +10,8 @@ Output folder (written atomically): ``summary.json`` (:class:`quantkit.artifacts
 (image, variant, n_detections, the primary metric of the image, then every count behind the task's metrics),
 ``score_hist.json`` (``{bin_edges (1001 over [0, 1]), counts{model}, source}``: what the task's
 ``histogram_values`` are, accumulated per model) and ``detections.json`` (per image and variant, the decision in
-source-image pixels). Nothing machine-dependent is written (no timings), so the same inputs give the same bytes.
+source-image pixels). ``summary.json`` also holds, per role whose primary threshold has an integer form, the
+decisions near the line (:class:`quantkit.artifacts.evaluation.NearLine`, :mod:`quantkit.thresholds.near_line`). Nothing machine-dependent is written (no timings), so the same inputs give the same bytes.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from ..tasks import TaskAdapter, make_adapter
 from ..artifacts.record import CalibrationRecord
 from ..thresholds.binding import QUANT_MODEL
 from ..thresholds.causes import LikelyCause, causes_hint, likely_causes
+from ..thresholds.config import ThresholdsConfig
+from ..thresholds.near_line import near_line, primary_counter
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +131,8 @@ def rows_csv(rows: list[dict[str, Any]], primary: str) -> str:
 
 def evaluate(site_dir: str | os.PathLike[str], fp32_dir: str | os.PathLike[str],
              quantized: Mapping[str, tuple[str | os.PathLike[str], str | os.PathLike[str]]],
-             task: TaskAdapter, out: str | os.PathLike[str], *, min_agreement: float = 0.5) -> EvalResult:
+             task: TaskAdapter, out: str | os.PathLike[str], *, min_agreement: float = 0.5,
+             near_line_steps: int = ThresholdsConfig.near_line_steps) -> EvalResult:
     """Evaluate FP32 and quantized models on a site set and write the evaluation folder ``out``.
 
     Args:
@@ -140,6 +144,10 @@ def evaluate(site_dir: str | os.PathLike[str], fp32_dir: str | os.PathLike[str],
         min_agreement: a role whose primary agreement with FP32 (at its own thresholds, over the set) is below this
             gets its likely causes in ``EvalResult.low_agreement`` and a warning (``thresholds.min_agreement``,
             the floor bind refuses under).
+        near_line_steps: the wider band of "decisions near the line" (``thresholds.near_line_steps``): per role whose
+            primary threshold has an integer form, FP32's decisions within 1 and within this many integer steps of
+            it are counted and set against the threshold set's reference-set baseline (``summary.near_line``,
+            :mod:`quantkit.thresholds.near_line`).
 
     Raises:
         BindingMismatchError: a threshold set does not belong to its quantized folder's record/model.
@@ -171,6 +179,7 @@ def evaluate(site_dir: str | os.PathLike[str], fp32_dir: str | os.PathLike[str],
     rows: list[dict[str, Any]] = []
     detections: dict[str, dict[str, Any]] = {}
     primary = task.primary_metric()
+    counters = {r: c for r, (_, ts) in roles.items() if (c := primary_counter(task, ts.integer_domain)) is not None}
     runners = {"fp32": OrtRunner(fmodel, name="fp32"), **{r: OrtRunner(m, name=r) for r, (m, _) in roles.items()}}
     labelled = True
     for r in runners.values():
@@ -191,6 +200,10 @@ def evaluate(site_dir: str | os.PathLike[str], fp32_dir: str | os.PathLike[str],
             decs = {v: tasks[v].decide(outputs[v.split("@")[0]]) for v in variants}
             for m in hist:
                 hist[m] += np.histogram(np.clip(tasks[m].histogram_values(outputs[m]), 0, 1), edges)[0]
+            if counters:
+                near = task.near_line_values(outputs["fp32"])  # FP32's decisions, one decode for every role
+                for c in counters.values():
+                    c.add(near)
             detections[e.file] = {}
             for v in variants:
                 counts = dict(task.agreement(decs["fp32"], decs[v])) if v != "fp32" else {}
@@ -211,6 +224,9 @@ def evaluate(site_dir: str | os.PathLike[str], fp32_dir: str | os.PathLike[str],
         models={r: EvaluatedModel(ts.binding.record_fingerprint, ts.binding.quantized_model_digest, ts.binding.calibration_set_name,
                                   ts.fingerprint, dict(ts.values), dict(ts.fp32_values),
                                   {k: v.decision_value for k, v in ts.integer_domain.items()}) for r, (_, ts) in roles.items()},
+        near_line={r: near_line(c.result(), roles[r][1].near_line, near_line_steps,
+                                roles[r][1].operating_point.reference_set.name if roles[r][1].operating_point else "")
+                   for r, c in counters.items()},
     )
     with atomic_output_dir(out, command="evaluate", inputs=inputs) as tmp:
         atomic_write_text(tmp / "per_image.csv", rows_csv(rows, primary.name))

@@ -15,7 +15,8 @@ from .run import EvalResult, evaluate
 
 def evaluate_sets(sets_dir: str | os.PathLike[str], fp32_dir: str | os.PathLike[str],
                   quantized: Mapping[str, tuple[str | os.PathLike[str], str | os.PathLike[str]]],
-                  task: TaskAdapter, out: str | os.PathLike[str], *, min_agreement: float = 0.5) -> list[EvalResult]:
+                  task: TaskAdapter, out: str | os.PathLike[str], *, min_agreement: float = 0.5,
+                  near_line_steps: int = 3) -> list[EvalResult]:
     """:func:`~quantkit.evaluate.run.evaluate` on each set of ``sets_dir`` (a folder whose subfolders are sets), each
     into ``out/<subfolder name>/``; ``out`` is written whole or not at all (any set failing leaves it as it was).
 
@@ -30,6 +31,6 @@ def evaluate_sets(sets_dir: str | os.PathLike[str], fp32_dir: str | os.PathLike[
     results = []
     with atomic_output_dir(out, command="evaluate", inputs=inputs) as tmp:
         for s in sets:
-            r = evaluate(s, fp32_dir, quantized, task, tmp / s.name, min_agreement=min_agreement)
+            r = evaluate(s, fp32_dir, quantized, task, tmp / s.name, min_agreement=min_agreement, near_line_steps=near_line_steps)
             results.append(EvalResult(Path(out) / s.name, r.summary, r.low_agreement))
     return results

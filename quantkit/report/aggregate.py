@@ -287,7 +287,8 @@ def build_model_report(inputs: ModelInputs, cfg: ReportConfig) -> ModelReport:
         drift = _drift(inputs.drift_dir / f"{d.name}.json", dep_rec) if inputs.drift_dir else None
         sites.append(SiteReport(d.name, tuple(site_metrics(summary, frame, hist, cfg, (spec.num, spec.den, spec.factor, spec.empty))), hist,
                                 drift, tuple(examples(frame, dets, summary.primary_metric, cfg.examples_per_site)),
-                                _images_dir(summary, inputs.site_sets), summary.labelled, summary.site_set.camera, summary.site_set.lighting))
+                                _images_dir(summary, inputs.site_sets), summary.labelled, summary.site_set.camera, summary.site_set.lighting,
+                                {r: nl for r, nl in summary.near_line.items() if r in roles}))
     assert summary is not None  # _site_dirs refuses an empty folder
     cand = roles.get("candidate")
     same = cand is not None and cand[0].fingerprint == dep_rec.fingerprint

@@ -34,6 +34,10 @@ class ReportConfig(Config):
             its detections per image under the calibration condition (the site set with the deployed calibration set's
             camera and lighting, else one whose images did not change) say the model itself goes blind there: the
             verdict says so, since agreement with FP32 cannot show it.
+        near_line_rise: "decisions near the line" warns when the share of FP32's decisions within one integer step of
+            a role's bound primary threshold on a site set exceeds the same share on the reference set the thresholds
+            were bound on by at least this much (share units: 0.05 = 5 percentage points). Label-free: decisions that
+            close flip when their integer code moves by one, so the share rises before agreement with FP32 falls.
         title: report title.
         candidate_latency: show the latency the fallback measured for the candidate (vs FP32 and deployed; from
             its ``fallback.json``). Machine-dependent: a re-run on another machine rewrites those figures, so it is
@@ -54,6 +58,7 @@ class ReportConfig(Config):
     top_tensors: int = 10
     fp32_min_accuracy: float = 0.5
     fp32_min_detection_ratio: float = 0.5
+    near_line_rise: float = 0.05
     title: str = "Quantization shift report"
     candidate_latency: bool = False
 
@@ -74,6 +79,8 @@ class ReportConfig(Config):
             raise ConfigError(f"report.fp32_min_accuracy: {self.fp32_min_accuracy} must be in [0, 1]")
         if not 0.0 <= self.fp32_min_detection_ratio <= 1.0:
             raise ConfigError(f"report.fp32_min_detection_ratio: {self.fp32_min_detection_ratio} must be in [0, 1]")
+        if not 0.0 < self.near_line_rise <= 1.0:
+            raise ConfigError(f"report.near_line_rise: {self.near_line_rise} must be in (0, 1]")
         if self.top_tensors < 1:
             raise ConfigError(f"report.top_tensors: {self.top_tensors} must be >= 1")
 

@@ -34,6 +34,9 @@ TERMS: tuple[tuple[str, str], ...] = (
     ("JS", "Jensen-Shannon divergence: a symmetric 0-to-1 distance between two score histograms."),
     ("drift", "A change in the images themselves (brightness, contrast, sharpness, noise) against the calibration images."),
     ("threshold", "The score above which the model reports a detection; the INT8 model compares it as an integer code."),
+    ("decisions near the line", "FP32's decisions whose score lies within one INT8 step (one integer code) of the threshold: "
+                                "a one-code change flips them, so a rising share warns that INT8 decisions are becoming fragile "
+                                "before agreement with FP32 falls; compared with the same share on the images the thresholds were set on."),
     ("verification", "Running the packaged model (bundle) on each target runtime and checking that its decisions match FP32's."),
 )
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..artifacts.drift import DriftResult
-from ..artifacts.evaluation import MetricInfo
+from ..artifacts.evaluation import MetricInfo, NearLine
 from .config import ReportConfig
 
 SCHEMA_VERSION = 2
@@ -69,6 +69,8 @@ class SiteReport:
     labelled: bool
     camera: str = ""
     lighting: str = ""
+    near_line: dict[str, NearLine] = dataclasses.field(default_factory=dict)
+    """Role -> decisions near the line on this site set (:class:`quantkit.artifacts.evaluation.NearLine`)."""
 
     def variant(self, name: str) -> ShiftMetrics | None:
         return next((m for m in self.metrics if m.variant == name), None)
@@ -131,6 +133,8 @@ class ShiftReport:
                          **{k: getattr(m, k) for k in ("score_psi", "score_ks", "score_wasserstein", "score_js")},
                          "status_code": STATUS_CODE[m.status]}
                     site[m.variant] = {k: _round(x) for k, x in v.items() if x is not None}
+                for role, nl in sorted(s.near_line.items()):
+                    site.setdefault(role, {}).update(near_line_metrics(nl, self.config))
                 if s.drift:
                     d = s.drift
                     site["drift"] = {"changed": d.changed, "statistics_moved": len(d.moved), "small_calibration": d.small_calibration,
@@ -153,6 +157,23 @@ class ShiftReport:
 
     def __repr__(self) -> str:
         return f"ShiftReport(decision={self.decision!r}, models={[m.name for m in self.models]})"
+
+
+def near_line_metrics(nl: NearLine, cfg: ReportConfig) -> dict[str, Any]:
+    """DVC metric keys of one role's decisions near the line (shares 0..1; changes in share units; ``near_line.fragile``:
+    the rise over the calibration baseline within one step reached ``report.near_line_rise``)."""
+    out: dict[str, Any] = {"near_line.decisions": nl.decisions, "near_line.k": nl.k, "near_line.within_1_step": _round(nl.share_1),
+                           "near_line.within_k_steps": _round(nl.share_k), "near_line.fragile": is_fragile(nl, cfg)}
+    if nl.baseline is not None:
+        out.update({"near_line.baseline_within_1_step": _round(nl.baseline_1), "near_line.baseline_within_k_steps": _round(nl.baseline_k),
+                    "near_line.change_within_1_step": _round(nl.change_1), "near_line.change_within_k_steps": _round(nl.change_k)})
+    return out
+
+
+def is_fragile(nl: NearLine, cfg: ReportConfig) -> bool:
+    """Whether the share within one step rose over the calibration baseline by at least ``cfg.near_line_rise``
+    (False without a baseline or without decisions)."""
+    return nl.decisions > 0 and nl.change_1 is not None and nl.change_1 >= cfg.near_line_rise - 1e-12
 
 
 def _round(v: Any) -> Any:

@@ -29,37 +29,41 @@ def png_bytes(fig: Figure, dpi: int = 80) -> bytes:
     return buf.getvalue()
 
 
-def score_distribution(site: SiteReport, source: str, ax: Any = None, *, threshold: float | None = None, bins: int = 50) -> Figure:
-    """Score distributions per model for one site set, from its ``score_hist.json``.
-
-    Drawn as the share of values per score bin (the 1000 stored bins summed into ``bins``) on a log axis:
-    a detector's scores are bimodal (background near 0, objects near 1), and where INT8 departs from FP32 is
-    the sparse middle, which a linear axis or a CDF hides. ``source`` names the values (the task's ``SCORES``);
-    ``threshold`` (e.g. FP32's binarization threshold) is marked.
+def near_line(model: ModelReport, ax: Any = None) -> Figure:
+    """Decisions near the line, one model: per site set and INT8 model (deployed, candidate), the share of FP32's
+    decisions within one integer step of that model's threshold (a bar, labelled in percent), and the same share on
+    the images its thresholds were bound on (a black tick: "when calibrated"). A bar well above its tick means more
+    decisions can flip from a one-code change than at calibration. Sets without a measurement draw no bar.
     """
     from matplotlib.figure import Figure
 
-    fig = ax.figure if ax is not None else Figure(figsize=(4.2, 2.8), layout="constrained")
+    fig = ax.figure if ax is not None else Figure(figsize=(6.0, 2.8), layout="constrained")
     ax = ax or fig.subplots()
-    hist = site.score_hist or {}
-    edges = np.asarray(hist.get("bin_edges", []), float)
-    for v, counts in sorted((hist.get("counts") or {}).items()):
-        c = np.asarray(counts, float)
-        if "@" in v or c.sum() <= 0 or edges.size != c.size + 1:
+    names = [s.name for s in model.sites]
+    x = np.arange(len(names))
+    width = 0.38
+    ticked = False
+    for i, role in enumerate(("deployed", "candidate")):
+        vals = [100 * s.near_line[role].share_1 if role in s.near_line else np.nan for s in model.sites]
+        if all(np.isnan(vals)):
             continue
-        groups = np.array_split(np.arange(c.size), min(bins, c.size))
-        share = np.array([c[g].sum() for g in groups]) / c.sum()
-        coarse = np.array([edges[g[0]] for g in groups] + [edges[-1]])
-        ax.stairs(np.maximum(share, 1e-7), coarse, label=v, color=COLOURS.get(v), lw=1.4, baseline=None)
-    if threshold is not None:
-        ax.axvline(threshold, color="k", ls=":", lw=1, label=f"threshold {threshold:g}")
-    ax.set_yscale("log")
-    ax.set_xlabel(source)
-    ax.set_ylabel("share of values")
-    ax.set_title(f"{site.name}: {source}", fontsize=10)
-    ax.grid(alpha=0.3)
+        pos = x + (i - 0.5) * width
+        bars = ax.bar(pos, vals, width, label=role, color=COLOURS[role])
+        ax.bar_label(bars, labels=["" if np.isnan(v) else f"{v:.0f}%" for v in vals], fontsize=8)
+        for p, s in zip(pos, model.sites):
+            nl = s.near_line.get(role)
+            if nl is not None and nl.baseline_1 is not None:
+                ax.hlines(100 * nl.baseline_1, p - width / 2, p + width / 2, color="k", lw=2,
+                          label=None if ticked else "when calibrated")
+                ticked = True
+    ax.set_xticks(x, names)
+    top = max([100 * nl.share_1 for s in model.sites for nl in s.near_line.values()]
+              + [100 * (nl.baseline_1 or 0.0) for s in model.sites for nl in s.near_line.values()] + [5.0])
+    ax.set_ylim(0, top * 1.25)
+    ax.set_ylabel("% of decisions")
+    ax.set_title(f"{model.name}: decisions within one INT8 step of the line", fontsize=10)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="best")
     return fig
 
 

@@ -18,10 +18,10 @@ from markupsafe import Markup
 
 from .._io import atomic_output_dir, atomic_write_json, atomic_write_text, canonical_json
 from ..versions import tool_versions
-from . import candidate, plots
+from . import candidate, near_line, plots
 from .commands import COPY_JS, command_blocks
 from .glossary import glossary
-from .model import ModelReport, ShiftReport
+from .model import ModelReport, ShiftReport, is_fragile
 from .verdict import drift_label, plural
 
 log = logging.getLogger(__name__)
@@ -101,18 +101,11 @@ def _variants(m: ModelReport) -> list[str]:
     return [v for v in order if any(s.variant(v) for s in m.sites)]
 
 
-def _threshold_of_scores(m: ModelReport) -> float | None:
-    """FP32's first threshold that compares the values the score plot shows (marked on it)."""
-    first = next((t for t in m.thresholds if t["tensor"]), None)
-    return first["fp32"] if first and isinstance(first["fp32"], float) else None
-
-
 def _figures(m: ModelReport, report: ShiftReport) -> dict[str, Markup]:
     figs = {"agreement": _png(plots.agreement(m, report.config.min_agreement), f"{m.name}: {m.primary.label} per site set"),
             "drift": _png(plots.drift_effects(m.sites), f"{m.name}: image statistic changes")}
-    thresh = _threshold_of_scores(m)
-    for s in m.sites:
-        figs[f"score:{s.name}"] = _png(plots.score_distribution(s, m.scores, threshold=thresh), f"{s.name} score distribution")
+    if any(s.near_line for s in m.sites):
+        figs["near_line"] = _png(plots.near_line(m), f"{m.name}: share of decisions within one INT8 step of the line per site set")
     return figs
 
 
@@ -155,6 +148,9 @@ def render_html(report: ShiftReport) -> str:
         "drift_metrics": sorted({e.metric for m in report.models for s in m.sites if s.drift for e in s.drift.statistics}),
         "effects": {m.name: {s.name: {(e.name, e.metric): e for e in (s.drift.statistics if s.drift else ())} for s in m.sites} for m in report.models},
         "figures": {m.name: _figures(m, report) for m in report.models},
+        "near_line": {m.name: {s.name: [(role, near_line.sentence(nl, role, cfg), is_fragile(nl, cfg)) for role, nl in near_line.ordered(s.near_line)]
+                               for s in m.sites} for m in report.models},
+        "near_line_warnings": {m.name: near_line.warnings(m, cfg) for m in report.models},
         "thumbs": {m.name: _thumbs(m, cfg.thumbnail_px) for m in report.models},
         "commands": {m.name: command_blocks(verdict_commands(m)) for m in report.models},
         "glossary": glossary(report.models), "copy_js": Markup(COPY_JS),
@@ -169,7 +165,7 @@ def render_markdown(report: ShiftReport) -> str:
     """The same verdicts and per-site figures as Markdown."""
     lines = [f"# {report.title}", ""]
     for m in report.models:
-        lines += [f"## {m.name}: **{m.decision.upper()}**", ""] + [f"- {v}" for v in m.verdict] + [""]
+        lines += [f"## {m.name}: **{m.decision.upper()}**", ""] + [f"- {v}" for v in m.verdict] + [f"- Warning: {w}" for w in near_line.warnings(m, report.config)] + [""]
         if verdict_commands(m):
             lines += ["```bash", *verdict_commands(m), "```", ""]
         lines += [f"| site set | model | status | {m.primary.label} | {plural(m.item)} / image | Δ vs FP32 | what changed in the images |",
@@ -179,6 +175,9 @@ def render_markdown(report: ShiftReport) -> str:
                 lines.append(f"| {s.name} | {x.variant} | {x.status if x.variant != 'fp32' else '–'} | "
                              f"{_fmt(x.agreement.get(m.primary.name))} | {x.detections_per_image:.2f} | {x.detection_change:+.0%} | "
                              f"{drift_label(s)[0] if x.variant == 'deployed' else ''} |")
+        near = [f"- {s.name}: {near_line.sentence(nl, role, report.config)}" for s in m.sites for role, nl in near_line.ordered(s.near_line)]
+        if near:
+            lines += ["", "Decisions near the line (within one INT8 step of the threshold):", "", *near]
         lines += ["", "| threshold | FP32 | deployed | deployed int | candidate | candidate int |", "|---|---|---|---|---|---|"]
         for t in m.thresholds:
             lines.append(f"| {t['name']} | " + " | ".join("–" if t[k] is None else str(t[k]) for k in ("fp32", "deployed", "deployed_int", "candidate", "candidate_int")) + " |")
@@ -188,7 +187,8 @@ def render_markdown(report: ShiftReport) -> str:
 
 
 def plot_tables(report: ShiftReport) -> dict[str, str]:
-    """DVC plot data: ``{file name: CSV text}`` (agreement per model x site x variant, score CDFs)."""
+    """DVC plot data: ``{file name: CSV text}`` (agreement per model x site x variant, score CDFs, and ``near_line.csv``:
+    decisions near the line per model x site x role, shares 0..1, when any evaluation counted them)."""
     import numpy as np
 
     files: dict[str, str] = {}
@@ -206,6 +206,14 @@ def plot_tables(report: ShiftReport) -> dict[str, str]:
                 cdf = np.cumsum(c) / c.sum()
                 files[f"score_cdf-{m.name}-{s.name}-{v}.csv"] = "score,cdf\n" + "".join(f"{a:.6g},{b:.6g}\n" for a, b in zip(edges[1:], cdf))
     files["agreement.csv"] = "\n".join(rows) + "\n"
+    near = ["model_site_role,within_1_step,within_k_steps,k,baseline_within_1_step,decisions"]
+    for m in report.models:
+        for s in m.sites:
+            for role, nl in sorted(s.near_line.items()):
+                base = "" if nl.baseline_1 is None else f"{nl.baseline_1:.6g}"
+                near.append(f"{m.name}/{s.name}/{role},{nl.share_1:.6g},{nl.share_k:.6g},{nl.k},{base},{nl.decisions}")
+    if len(near) > 1:
+        files["near_line.csv"] = "\n".join(near) + "\n"
     return files
 
 

@@ -26,10 +26,25 @@ def _box(rng: np.random.Generator, size: int) -> list[list[float]]:
     return [[round(x, 1), round(y, 1)], [round(x + w, 1), round(y, 1)], [round(x + w, 1), round(y + h, 1)], [round(x, 1), round(y + h, 1)]]
 
 
+NEAR_LINE_BASELINE = 0.03
+"""Share of FP32's text-region scores planted within one step of ``box_thresh`` on the reference set (and, unless
+``write_inputs(near_line=...)`` says otherwise, on every site set)."""
+
+
+def _region_scores(rng: np.random.Generator, n: int, line: float, step: float, near: float) -> np.ndarray:
+    """``n`` text-region scores (mean probabilities): a share ``near`` hugging ``line`` (within half a step of it, so
+    within one integer step), the rest far from it (text near 0.85, background blobs near 0.15)."""
+    k = round(near * n)
+    hug = line + rng.uniform(-0.5, 0.5, k) * step
+    far = np.where(rng.random(n - k) < 0.6, rng.normal(0.85, 0.04, n - k), rng.normal(0.15, 0.04, n - k))
+    return np.clip(np.concatenate([hug, far]), 0.0, 1.0)
+
+
 def _records(work: Path) -> dict[str, Any]:
     from ..artifacts.record import CalibrationRecord, SetRef, TensorScale
     from ..artifacts.thresholds import Binding, ThresholdSet
     from ..thresholds.integer_domain import integer_threshold
+    from ..thresholds.near_line import NearLineCounter
 
     out = {}
     for role, lighting in (("deployed", "day"), ("candidate", "night")):
@@ -43,10 +58,15 @@ def _records(work: Path) -> dict[str, Any]:
                                 versions={"onnx": "1.23", "onnxruntime": "1.32", "numpy": "2.4", "quantkit": "0.1.0"}, tensors=tuple(tensors)).sealed()
         rec.save(work / "quantize" / role / "record.json")
         t = 0.3 if role == "deployed" else 0.27
+        box = integer_threshold(0.5 if role == "deployed" else 0.46, tensor="sigmoid_0.tmp_0", scale=1 / 255, zero_point=0, dtype="uint8",
+                                comparison=">=", reduction="mean")
+        baseline = NearLineCounter("box_thresh", box)
+        baseline.add(_region_scores(np.random.default_rng(7), 400, box.float_value, box.scale, NEAR_LINE_BASELINE))
         ts = ThresholdSet(adapter="db_text", options={"unclip_ratio": 1.6}, values={"thresh": t, "box_thresh": 0.5 if role == "deployed" else 0.46},
                           fp32_values={"thresh": 0.3, "box_thresh": 0.5},
-                          integer_domain={"thresh": integer_threshold(t, tensor="sigmoid_0.tmp_0", scale=1 / 255, zero_point=0, dtype="uint8")},
-                          binding=Binding.of(rec, ""))
+                          integer_domain={"thresh": integer_threshold(t, tensor="sigmoid_0.tmp_0", scale=1 / 255, zero_point=0, dtype="uint8"),
+                                          "box_thresh": box},
+                          binding=Binding.of(rec, ""), near_line=baseline.result())
         ts.save(work / "thresholds" / f"{role}.json")
         out[role] = (rec, ThresholdSet.load(work / "thresholds" / f"{role}.json"))
     return out
@@ -96,17 +116,22 @@ def _site_rows(rng: np.random.Generator, q: dict[str, float], name: str, gt: lis
 def write_inputs(root: str | Path, *, model: str = "ppocr_det", sites: Sequence[str] = ("cam1-day", "cam1-night", "cam2-day"),
                  images_per_site: int = 6, image_size: int = 96, write_images: bool = True, seed: int = 0,
                  quality: Mapping[str, Mapping[str, float]] | None = None, items: Mapping[str, int] | None = None,
-                 labelled: bool = True) -> dict[str, Path]:
+                 labelled: bool = True, near_line: Mapping[str, float] | None = None) -> dict[str, Path]:
     """Write a synthetic report input tree; returns ``{"work": work/models/<model>, "site_sets": site_sets}``.
 
     ``quality``: site -> role -> pixel IoU vs FP32 (default :data:`QUALITY`); ``items``: site -> FP32's text regions per
-    image (default 3, each image +-1); ``labelled``: whether the evaluations carry accuracy against labels."""
+    image (default 3, each image +-1); ``labelled``: whether the evaluations carry accuracy against labels;
+    ``near_line``: site -> share of FP32's text-region scores planted within one integer step of each role's
+    ``box_thresh`` (default :data:`NEAR_LINE_BASELINE`, the reference set's share), counted by the real
+    :class:`quantkit.thresholds.near_line.NearLineCounter` against each threshold set's baseline."""
     from PIL import Image
 
     from ..artifacts.evaluation import EvalSummary, EvaluatedModel, MetricInfo
     from ..artifacts.record import SetRef
     from ..evaluate.run import rows_csv, summarize_rows
     from ..tasks.maps import DBTextAdapter
+    from ..thresholds.near_line import NearLineCounter
+    from ..thresholds.near_line import near_line as near_line_result
 
     root = Path(root)
     work = root / "work" / model
@@ -135,6 +160,13 @@ def write_inputs(root: str | Path, *, model: str = "ppocr_det", sites: Sequence[
             dets[name] = d
             for v in hist:
                 hist[v] += np.histogram(s[v], edges)[0]
+        near = {}
+        for r, (_, ts) in roles.items():
+            counter = NearLineCounter("box_thresh", ts.integer_domain["box_thresh"])
+            share = (near_line or {}).get(site, NEAR_LINE_BASELINE)
+            counter.add(_region_scores(np.random.default_rng(100 + si), 40 * images_per_site, ts.integer_domain["box_thresh"].float_value,
+                                       ts.integer_domain["box_thresh"].scale, share))
+            near[r] = near_line_result(counter.result(), ts.near_line, 3, "cam1-day")
         out = work / "eval" / site
         atomic_write_text(out / "per_image.csv", rows_csv(rows, task.primary_metric().name))
         atomic_write_json(out / "score_hist.json", {"bin_edges": edges.tolist(), "counts": {v: c.tolist() for v, c in hist.items()}, "source": task.SCORES})
@@ -147,7 +179,7 @@ def write_inputs(root: str | Path, *, model: str = "ppocr_det", sites: Sequence[
                     variants=summarize_rows(rows, variants, task, labelled),
                     models={r: EvaluatedModel(rec.fingerprint, ts.binding.quantized_model_digest, rec.set_name, ts.fingerprint, dict(ts.values),
                                               dict(ts.fp32_values), {k: v.decision_value for k, v in ts.integer_domain.items()})
-                            for r, (rec, ts) in roles.items()}).save(out / "summary.json")
+                            for r, (rec, ts) in roles.items()}, near_line=near).save(out / "summary.json")
         _drift(site, si, images_per_site, camera, lighting, roles["deployed"][0].fingerprint).save(work / "drift" / f"{site}.json")
     return {"work": work, "site_sets": root / "site_sets"}
 

@@ -259,6 +259,25 @@ class TaskAdapter(Config):
         c = self.candidates(outputs) if candidates is None else candidates
         return np.asarray(c.scores, np.float32)
 
+    def near_line_values(self, outputs: Outputs) -> np.ndarray | None:
+        """The values this adapter's decisions on one image compare with the PRIMARY threshold, one per decision, on
+        the scale of the tensor the threshold's integer form compares against (:meth:`tensor_value`'s units: the
+        probability itself, or its logit where the task applies a sigmoid), float64 ``(K,)``. Used for "decisions
+        near the line" (:mod:`quantkit.thresholds.near_line`): how many decisions lie within an integer step
+        (the tensor's scale) of the bound threshold.
+
+        Default: every candidate item before the PRIMARY filter (:meth:`candidates`: kept and dropped ones are both
+        decisions), its score mapped by :meth:`tensor_value`. Returns None when the PRIMARY threshold has no single
+        value on its tensor (a softmax over logits, a mean of sigmoid outputs): then there is no integer step to
+        measure in.
+        """
+        spec = self.spec(self.PRIMARY)
+        if self.tensor_value(spec, 0.5) is None:
+            return None
+        scores = np.asarray(self.candidates(outputs).scores, np.float64).reshape(-1)
+        mapped = [self.tensor_value(spec, float(v)) for v in scores]
+        return np.asarray([np.nan if v is None else v for v in mapped], np.float64)
+
     def decision_tensors(self, shapes: Shapes) -> tuple[DecisionTensor, ...]:
         """The score channels the decisions read (for the effective-levels check). Default: none."""
         return ()

@@ -19,6 +19,7 @@ from ..tasks import TaskAdapter
 from .binding import QUANT_MODEL, append_history, integer_domain_for, read_history
 from .causes import causes_hint, likely_causes
 from .config import ThresholdsConfig
+from .near_line import near_line_counts
 from .passes import run_pass
 from .search import derive_operating_point
 
@@ -68,7 +69,9 @@ def bind(quant_dir: str | os.PathLike[str], fp32_dir: str | os.PathLike[str], re
 
     Reads ``quant_dir/model_int8.onnx`` + ``record.json``, ``fp32_dir/model.onnx`` + ``export_note.json`` and
     the reference set; runs both models once per image; writes the :class:`ThresholdSet` to ``out`` (atomic,
-    canonical JSON) and appends a line to ``history``. The previous calibration's thresholds (last history
+    canonical JSON) and appends a line to ``history``. FP32's decisions on the reference set are counted near the
+    bound primary threshold (``near_line``: the baseline of "decisions near the line",
+    :mod:`quantkit.thresholds.near_line`). The previous calibration's thresholds (last history
     line bound to another record) are estimated on the new model too.
 
     Raises:
@@ -100,10 +103,11 @@ def bind(quant_dir: str | os.PathLike[str], fp32_dir: str | os.PathLike[str], re
     ref = SetRef(set_id=cset.set_id, name=cset.name, camera=cset.camera,
                  lighting=cset.lighting, count=cset.count)
     d = derive_operating_point(task, fp, q, config.operating_point, ref, previous_values=_previous_values(history, record, task))
+    integer_domain = integer_domain_for(task, d.values, qmodel, record, str(CalibrationRecord.path_in(qdir)))
     ts = ThresholdSet(
         adapter=task.name, options=task.options(), values=d.values, fp32_values=task.thresholds(),
-        integer_domain=integer_domain_for(task, d.values, qmodel, record, str(CalibrationRecord.path_in(qdir))),
-        binding=Binding.of(record, sha256_file(qmodel)), operating_point=d.operating_point,
+        integer_domain=integer_domain, binding=Binding.of(record, sha256_file(qmodel)), operating_point=d.operating_point,
+        near_line=near_line_counts(task, fp.outputs, integer_domain),
     ).sealed()
     _refuse_disagreement(ts, task, config, qdir, record, ref)
     path = ts.save(out)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar, Literal
 
+from ..artifacts.thresholds import NEAR_LINE_STEPS
 from ..config import Config
 from ..errors import ConfigError
 
@@ -60,13 +61,21 @@ class ThresholdsConfig(Config):
             box F1, top-1 agreement, exact-string agreement) of the INT8 model at its chosen thresholds is
             below this on the reference set: thresholds would be bound to a model that does not reproduce
             FP32's decisions.
+        near_line_steps: the wider band of "decisions near the line", in integer steps of the tensor a threshold
+            compares against (one step = that tensor's scale): bind counts FP32's decisions within 1 and within this
+            many steps of the bound primary threshold on the reference set (the baseline), evaluate on each site set.
+            Default 3: within three codes, a decision can flip from rounding and small input changes together;
+            1..8 (:data:`quantkit.artifacts.thresholds.NEAR_LINE_STEPS`).
     """
 
     PARAMS_OPTIONAL: ClassVar[bool] = True  # no section: the defaults
 
     operating_point: OperatingPointConfig = dataclasses.field(default_factory=OperatingPointConfig)
     min_agreement: float = 0.5
+    near_line_steps: int = 3
 
     def validate(self) -> None:
         if not 0.0 <= self.min_agreement <= 1.0:
             raise ConfigError(f"thresholds.min_agreement: {self.min_agreement} must be in [0, 1]")
+        if not 1 <= self.near_line_steps <= NEAR_LINE_STEPS:
+            raise ConfigError(f"thresholds.near_line_steps: {self.near_line_steps} must be in 1..{NEAR_LINE_STEPS}")
