@@ -155,9 +155,11 @@ def prepare(name: str, work: Path, calib: int, images: int) -> tuple[Path, Path,
 
 
 def build(name: str, intake: Path, cset: Path, root: Path, variants: list[str]) -> dict[str, Path]:
-    """Each variant's INT8 file: ``ort`` (the default config), ``openvino`` (its ranges, that placement), ``nncf``,
+    """Each variant's INT8 file: ``ort`` (the default config), a placement recipe's name (``openvino``,
+    ``ort-float-decode``: the default calibration's ranges, that placement), ``nncf``,
     and any label of :data:`EXTRA` (the default config with those fields)."""
     from quantkit.quantize import StaticQuantConfig, quantize, quantize_with_ranges
+    from quantkit.quantize.placement import PLACEMENTS
 
     out = {}
     for v in variants:
@@ -165,9 +167,9 @@ def build(name: str, intake: Path, cset: Path, root: Path, variants: list[str]) 
         if not (dest / "model_int8.onnx").exists():
             if v == "ort":
                 quantize(intake, StaticQuantConfig(), out=dest, calibration_set=cset)
-            elif v == "openvino":
+            elif v in PLACEMENTS:  # the default calibration's ranges, another placement recipe
                 build(name, intake, cset, root, ["ort"])
-                quantize_with_ranges(root / "q" / "ort", intake, StaticQuantConfig(placement="openvino"), out=dest)
+                quantize_with_ranges(root / "q" / "ort", intake, StaticQuantConfig(placement=v), out=dest)
             elif v == "nncf":
                 quantize(intake, StaticQuantConfig(engine="nncf", placement="nncf"), out=dest, calibration_set=cset)
             else:
@@ -219,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--work", type=Path, required=True)
     ap.add_argument("--models", nargs="+", default=list(MODELS))
-    ap.add_argument("--variants", nargs="+", default=["ort", "openvino", "nncf"])
+    ap.add_argument("--variants", nargs="+", default=["ort", "ort-float-decode", "openvino", "nncf"])
     ap.add_argument("--calib", type=int, default=8)
     ap.add_argument("--images", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1)
