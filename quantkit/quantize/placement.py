@@ -66,6 +66,9 @@ class PlacementRecipe:
         output_op_types: op types whose outputs are quantized even when ``quantize_outputs`` is False.
         engine: the quantization engine that applies the recipe (``quantize.engine``): ``ort`` for the recipes
             :func:`plan_placement` hands to ONNX Runtime; ``nncf`` for NNCF's own placement, which NNCF decides.
+        float_decode: keep the decoding tail in float (:func:`decode_tail`): every node between the last
+            Conv/ConvTranspose/Gemm/MatMul and a graph output, so no graph output is quantized and box decoding
+            (split, sigmoid, distribution softmax, the concat of boxes and scores) reads float values.
     """
 
     name: str
@@ -77,16 +80,21 @@ class PlacementRecipe:
     activation_type: str | None = None
     output_op_types: tuple[str, ...] = ()
     engine: str = "ort"
+    float_decode: bool = False
 
 
 ORT = PlacementRecipe("ort")
+ORT_FLOAT_DECODE = PlacementRecipe("ort-float-decode", float_decode=True)
+"""ORT's placement with the decoding tail in float (:func:`decode_tail`). On YOLOv8n (DocLayNet, channels head
+``[1, 15, 21504]``: pixel boxes up to 1024 concatenated with 0-1 scores) box F1 vs FP32 went 0.000 -> 0.944 on 8
+rendered pages (``bench/bench_heads.py``); the scores no longer share one grid with the box coordinates."""
 OPENVINO = PlacementRecipe("openvino", op_types=("Conv", "ConvTranspose", "Gemm", "MatMul"), quantize_outputs=False,
                           per_channel_weights=True, symmetric_weights=True, activation_type="uint8", output_op_types=("ConvTranspose",))
 OPENVINO_ELTWISE = dataclasses.replace(OPENVINO, name="openvino-eltwise", paired_eltwise=("Add", "Mul"))
 NNCF = PlacementRecipe("nncf", per_channel_weights=True, symmetric_weights=True, engine="nncf")
 """NNCF's own placement (its CPU hardware config and fused patterns), decided by ``nncf.quantize``, not by this module."""
 
-PLACEMENTS: dict[str, PlacementRecipe] = {r.name: r for r in (ORT, OPENVINO, OPENVINO_ELTWISE, NNCF)}
+PLACEMENTS: dict[str, PlacementRecipe] = {r.name: r for r in (ORT, ORT_FLOAT_DECODE, OPENVINO, OPENVINO_ELTWISE, NNCF)}
 """Recipes by name; :func:`register_placement` adds one (a benchmark's variant, a user's own)."""
 
 
@@ -171,6 +179,28 @@ def is_paired_eltwise(node: Any, producers: dict[str, Any], constants: set[str],
     return not (_chain_reaches(a, b, producers, constants, CHAIN_DEPTH) or _chain_reaches(b, a, producers, constants, CHAIN_DEPTH))
 
 
+#: Ops that compute features; a decoding tail ends at the last of them (:func:`decode_tail`).
+COMPUTE_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
+
+
+def decode_tail(model: Any) -> tuple[str, ...]:
+    """The nodes between the last compute op (:data:`COMPUTE_OPS`) and the graph outputs (sorted names): what a head
+    does after its last convolution (Split, Sigmoid, Softmax, Reshape, Transpose, Concat, the box arithmetic). ORT's
+    quantizer gives Split/Reshape/Transpose/Concat outputs their input's scale, so a tensor there is represented on
+    the grid of a wider one (a YOLOv8 output's 0-1 scores on the grid of pixel box coordinates); in float they are not.
+    A node whose output feeds no graph output through such ops is not part of the tail."""
+    producers = {o: n for n in model.graph.node for o in n.output}
+    tail: dict[str, Any] = {}
+    stack = [o.name for o in model.graph.output]
+    while stack:
+        node = producers.get(stack.pop())
+        if node is None or node.op_type in COMPUTE_OPS or node.name in tail:
+            continue
+        tail[node.name] = node
+        stack += [i for i in node.input if i]
+    return tuple(sorted(tail))
+
+
 def plan_placement(recipe: PlacementRecipe, model: Any, op_types: Iterable[str], nodes_to_exclude: Iterable[str]) -> PlacementPlan:
     """Apply ``recipe`` to ``model`` (shape-inferred, so element-wise input shapes are known).
 
@@ -198,11 +228,16 @@ def plan_placement(recipe: PlacementRecipe, model: Any, op_types: Iterable[str],
         if any(not n for n in unpaired):
             raise ConfigError(f"placement {recipe.name!r}: the model has unnamed element-wise nodes; run 'quantkit intake' to name them")
         excluded += unpaired
+    if recipe.float_decode:
+        tail = decode_tail(model)
+        if any(not n for n in tail):
+            raise ConfigError(f"placement {recipe.name!r}: the model's head has unnamed nodes; run 'quantkit intake' to name them")
+        excluded += tail
     present = {n.op_type for n in model.graph.node}
     quantized = [t for t in quantized if t in present]
     no_out = () if recipe.quantize_outputs else tuple(t for t in quantized if t not in recipe.output_op_types)
     return PlacementPlan(tuple(quantized), tuple(sorted(set(excluded))), no_out)
 
 
-__all__ = ["ACTIVATION_OPS", "NNCF", "OPENVINO", "OPENVINO_ELTWISE", "ORT", "PLACEMENTS", "PlacementPlan", "PlacementRecipe", "is_paired_eltwise", "placement_recipe",
+__all__ = ["ACTIVATION_OPS", "COMPUTE_OPS", "NNCF", "OPENVINO", "OPENVINO_ELTWISE", "ORT", "ORT_FLOAT_DECODE", "PLACEMENTS", "decode_tail", "PlacementPlan", "PlacementRecipe", "is_paired_eltwise", "placement_recipe",
            "plan_placement", "register_placement"]
