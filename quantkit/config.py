@@ -35,7 +35,7 @@ from typing import Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
 from ._io import fingerprint
 from .errors import ConfigError, InputFileError
-from .sections import MODEL_ONLY, MODEL_SOURCES, MOVED, NOT_PER_MODEL, known_top_level
+from .sections import check_keys as _check_keys
 
 C = TypeVar("C", bound="Config")
 log = logging.getLogger(__name__)
@@ -298,6 +298,7 @@ def config_from_params(cls: type[C], path: str | Path | None, section: str, *, m
     """
     if path is None:
         return cls()
+    _check_keys(Path(path), _read_params(Path(path)))  # a misspelt or misplaced key is named even where defaults apply
     if cls.PARAMS_OPTIONAL and not has_section(path, section, model=model):
         log.info("%s: no %r section; using its defaults ('quantkit params %s' lists them)", path, section, section)
         return cls()
@@ -320,12 +321,9 @@ def config_from_params(cls: type[C], path: str | Path | None, section: str, *, m
 def merge_over(base: Any, override: Any) -> Any:
     """``override`` merged key by key over ``base``: mappings recursively, anything else (a list, a value) replaced
     whole. Neither argument is changed."""
-    if isinstance(base, dict) and isinstance(override, dict):
-        out = dict(base)
-        for k, v in override.items():
-            out[k] = merge_over(base[k], v) if k in base else v
-        return out
-    return override
+    if not (isinstance(base, dict) and isinstance(override, dict)):
+        return override
+    return {**base, **{k: merge_over(base[k], v) if k in base else v for k, v in override.items()}}
 
 
 def section_for_model(path: str | Path, section: str, model: str | None) -> tuple[dict[str, Any], str]:
@@ -353,9 +351,7 @@ def section_for_model(path: str | Path, section: str, model: str | None) -> tupl
             raise ConfigError(f"{p}: section {name!r} must be a mapping")
     if top is None and own is None:
         raise ConfigError(f"{p}: section {section!r} is missing; add it ('quantkit params {section}' lists its keys and defaults)")
-    if own is None:
-        return dict(top), section
-    return (dict(own) if top is None else merge_over(top, own)), f"models.{model}.{section}"
+    return (dict(top), section) if own is None else (merge_over(top or {}, own), f"models.{model}.{section}")
 
 
 def _read_params(p: Path) -> Any:
@@ -377,7 +373,7 @@ def _read_params(p: Path) -> Any:
 def load_params(path: str | Path, section: str) -> dict[str, Any]:
     """Read one top-level section of a YAML params file (DVC's ``params.yaml``).
 
-    ``section`` may be dotted (``calibrations.deployed``).
+    ``section`` may be dotted (``bundle.verify``).
 
     Raises:
         InputFileError: the file is missing or not YAML.
@@ -394,56 +390,6 @@ def load_params(path: str | Path, section: str) -> dict[str, Any]:
     if not isinstance(node, dict):
         raise ConfigError(f"{p}: section {section!r} must be a mapping")
     return node
-
-
-def _check_keys(path: Path, data: Any) -> None:
-    """Refuse a misspelt section: a top-level key (or a key of ``models.<name>``) that is not a known section but
-    reads like one (difflib ratio >= 0.75, e.g. ``reprot``, ``quantise``). A known name plus ``_suffix``
-    (``quantize_night``, ``export_kw``) is a named variant a command reads with ``--section``; other unknown
-    top-level keys may belong to the user's own DVC stages: both are logged at debug level, not refused. Under
-    ``models.<name>`` every key must be ``source`` (``demo`` or ``file``), ``file`` or a section a model may override
-    (not ``demo``, ``fleet``, ``candidate``). A set key where quantkit does not read it (``calibrations``, ``site_sets``,
-    ``pool``, at the top or in a model; :data:`quantkit.sections.MOVED`) and a model's own section at the top
-    (``sets``) are refused, naming where they go.
-
-    Raises:
-        ConfigError: naming the key and the section it resembles.
-    """
-    import difflib
-
-    if not isinstance(data, dict):
-        return
-    known = known_top_level()
-    for key in data:
-        if key in MOVED:
-            raise ConfigError(f"{path}: top-level {key!r} is not read: each model has its own sets; write {MOVED[key]} "
-                              "('quantkit params sets' lists the keys)")
-        if key in MODEL_ONLY:
-            raise ConfigError(f"{path}: top-level {key!r} is not read: it belongs to one model; move it under models.<name>.{key}")
-        if key in known or any(str(key).startswith(k + "_") for k in known):  # a named variant read with --section
-            continue
-        near = difflib.get_close_matches(str(key), sorted(known), n=1, cutoff=0.75)
-        if near:
-            raise ConfigError(f"{path}: unknown section {key!r}; did you mean {near[0]!r}? ('quantkit params' lists every section)")
-        log.debug("%s: top-level key %r is not a quantkit section (left to other DVC stages)", path, key)
-    models = data.get("models")
-    if isinstance(models, dict):
-        allowed = (known - set(NOT_PER_MODEL)) | {"file", "source"}
-        for name, entry in models.items():
-            for key in entry if isinstance(entry, dict) else ():
-                if key in MOVED:
-                    raise ConfigError(f"{path}: models.{name}.{key} is not read; write {MOVED[key].replace('<name>', str(name))} "
-                                      "('quantkit params sets' lists the keys)")
-                if key in NOT_PER_MODEL:
-                    raise ConfigError(f"{path}: models.{name}.{key} is not read: {key!r} is the pipeline's, not one model's; "
-                                      f"set it at the top level")
-                if key not in allowed:
-                    near = difflib.get_close_matches(str(key), sorted(allowed), n=1, cutoff=0.6)
-                    hint = f"did you mean {near[0]!r}?" if near else "a model takes 'source', 'file' and per-model sections (intake, task, ...)"
-                    raise ConfigError(f"{path}: models.{name}: unknown key {key!r}; {hint}")
-            source = entry.get("source", "file") if isinstance(entry, dict) else "file"
-            if source not in MODEL_SOURCES:
-                raise ConfigError(f"{path}: models.{name}.source: {source!r} is not one of {', '.join(MODEL_SOURCES)}")
 
 
 def has_section(path: str | Path | None, section: str, *, model: str | None = None) -> bool:

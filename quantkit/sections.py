@@ -3,6 +3,15 @@ and the misspelt-section check of :func:`quantkit.config.load_params`, both of w
 
 from __future__ import annotations
 
+import difflib
+import logging
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+log = logging.getLogger(__name__)
+
 SECTIONS: dict[str, str] = {
     "demo": "quantkit.demo.synth:DemoConfig",
     "intake": "quantkit.intake.prepare:IntakeConfig",
@@ -69,3 +78,51 @@ MOVED = {
     "pool": "models.<name>.sets.calibration (every set in it is the candidate's pool)",
 }
 """Set keys written where quantkit does not read them -> where they go (``config._check_keys`` refuses them there)."""
+
+
+def check_keys(path: Path, data: Any) -> None:
+    """Refuse a misspelt section: a top-level key (or a key of ``models.<name>``) that is not a known section but
+    reads like one (difflib ratio >= 0.75, e.g. ``reprot``, ``quantise``). A known name plus ``_suffix``
+    (``quantize_night``, ``export_kw``) is a named variant a command reads with ``--section``; other unknown
+    top-level keys may belong to the user's own DVC stages: both are logged at debug level, not refused. Under
+    ``models.<name>`` every key must be ``source`` (``demo`` or ``file``), ``file`` or a section a model may override
+    (not ``demo``, ``fleet``, ``candidate``). A set key where quantkit does not read it (``calibrations``, ``site_sets``,
+    ``pool``, at the top or in a model; :data:`quantkit.sections.MOVED`) and a model's own section at the top
+    (``sets``) are refused, naming where they go.
+
+    Raises:
+        ConfigError: naming the key and the section it resembles.
+    """
+    if not isinstance(data, dict):
+        return
+    known = known_top_level()
+    for key in data:
+        if key in MOVED:
+            raise ConfigError(f"{path}: top-level {key!r} is not read: each model has its own sets; write {MOVED[key]} "
+                              "('quantkit params sets' lists the keys)")
+        if key in MODEL_ONLY:
+            raise ConfigError(f"{path}: top-level {key!r} is not read: it belongs to one model; move it under models.<name>.{key}")
+        if key in known or any(str(key).startswith(k + "_") for k in known):  # a named variant read with --section
+            continue
+        near = difflib.get_close_matches(str(key), sorted(known), n=1, cutoff=0.75)
+        if near:
+            raise ConfigError(f"{path}: unknown section {key!r}; did you mean {near[0]!r}? ('quantkit params' lists every section)")
+        log.debug("%s: top-level key %r is not a quantkit section (left to other DVC stages)", path, key)
+    models = data.get("models")
+    if isinstance(models, dict):
+        allowed = (known - set(NOT_PER_MODEL)) | {"file", "source"}
+        for name, entry in models.items():
+            for key in entry if isinstance(entry, dict) else ():
+                if key in MOVED:
+                    raise ConfigError(f"{path}: models.{name}.{key} is not read; write {MOVED[key].replace('<name>', str(name))} "
+                                      "('quantkit params sets' lists the keys)")
+                if key in NOT_PER_MODEL:
+                    raise ConfigError(f"{path}: models.{name}.{key} is not read: {key!r} is the pipeline's, not one model's; "
+                                      f"set it at the top level")
+                if key not in allowed:
+                    near = difflib.get_close_matches(str(key), sorted(allowed), n=1, cutoff=0.6)
+                    hint = f"did you mean {near[0]!r}?" if near else "a model takes 'source', 'file' and per-model sections (intake, task, ...)"
+                    raise ConfigError(f"{path}: models.{name}: unknown key {key!r}; {hint}")
+            source = entry.get("source", "file") if isinstance(entry, dict) else "file"
+            if source not in MODEL_SOURCES:
+                raise ConfigError(f"{path}: models.{name}.source: {source!r} is not one of {', '.join(MODEL_SOURCES)}")

@@ -69,7 +69,7 @@ def test_bind_refuses_a_detector_whose_scores_collapsed(work: Path, capsys: pyte
     assert hint.startswith("(1) per-channel weights are off in the record (per_channel: false): set quantize.per_channel: true; ")
     assert "(2) output 'det'" in hint and "span fewer than 16 quantization steps" in hint
     assert "(3) uint8 activations: set quantize.activation_type: uint16" in hint
-    assert "(4) calibrated on 'calib' (6 images)" in hint and "calibrations.<role>.calibration_set" in hint
+    assert "(4) calibrated on 'calib' (6 images)" in hint and "models.<name>.sets.deployed.calibration" in hint
     assert hint.index("(1)") < hint.index("(2)") < hint.index("(3)") < hint.index("(4)")
 
 

@@ -163,7 +163,7 @@ def test_compose_cover_adds_the_pool_sets_of_the_flagged_conditions(tmp_path, ca
 
 
 def test_fallback_settings_per_model_override_the_top_level_section(tmp_path):
-    """`quantkit fallback --model NAME` reads models.NAME.fallback when the model has one, else the top-level section;
+    """`quantkit fallback --model NAME` reads models.NAME.fallback merged key by key over the top-level section;
     flags override single fields of either."""
     import argparse
 
@@ -180,7 +180,7 @@ def test_fallback_settings_per_model_override_the_top_level_section(tmp_path):
         return build_config(ns)
 
     a, b, top = cfg("a"), cfg("b"), cfg(None, target=0.97)
-    assert (a.target, a.search, a.prune) == (0.9, "sqnr", 8)  # the model's own section, whole (defaults for the rest)
+    assert (a.target, a.search, a.prune) == (0.9, "sqnr", 4)  # the model's keys merged over the top-level section
     assert (b.target, b.search, b.prune) == (0.96, "bisect", 4) and (top.target, top.prune) == (0.97, 4)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 from models import concat_head_model, const_model, tiny_map_model
@@ -32,8 +33,8 @@ models:
     task: {adapter: classifier}
 
 # the next section's comment stays with it
-calibrations:
-  deployed: {calibration_set: sets/a}
+candidate:
+  images_per_set: 4
 """
 
 DVC_YAML = """stages:
@@ -60,7 +61,18 @@ def repo(tmp_path: Path) -> Path:
 
 
 def _add(repo: Path, *args: str) -> int:
-    return main(["models", "add", *args, "--params", str(repo / "params.yaml")])
+    """``quantkit models add`` with the model's own sets (one registered photo each, made here, under repo/data/NAME/)."""
+    from PIL import Image
+
+    sets = []
+    for kind in ("calibration", "reference", "site"):
+        folder = repo / "data" / args[0] / kind / "a"
+        if not (folder / "manifest.json").is_file():
+            (folder / "images").mkdir(parents=True, exist_ok=True)
+            Image.fromarray(np.full((96, 128, 3), 120, np.uint8)).save(folder / "images" / "0.png")
+            assert main(["calibset", "register", str(folder), "--name", "a", "--kind", kind]) == 0
+        sets += [f"--{kind}-set", str(folder)]
+    return main(["models", "add", *args, "--params", str(repo / "params.yaml"), *sets])
 
 
 def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:

@@ -50,6 +50,20 @@ def yolov8_like(classes: int = 2) -> onnx.ModelProto:
     return model
 
 
+def photos(root: Path) -> None:
+    """The user's images, where the README's register lines expect them: data/my_yolo/<kind>/<set>/images/ (three
+    scikit-image photos each, letterboxed by the model's preprocessing)."""
+    from skimage import data
+
+    from PIL import Image
+
+    for folder in ("calibration/day", "reference/day", "site/line1"):
+        images = root / "data" / "my_yolo" / folder / "images"
+        images.mkdir(parents=True)
+        for name in ("astronaut", "coffee", "chelsea"):
+            Image.fromarray(getattr(data, name)()).save(images / f"{name}.jpg")
+
+
 def test_readme_your_own_model_runs_as_written(tmp_path):
     text = section((ROOT / "README.md").read_text(encoding="utf-8"))
     commands = [line.split("#", 1)[0].strip() for block in blocks(text, "bash") for line in block.splitlines() if line.strip()]
@@ -59,11 +73,13 @@ def test_readme_your_own_model_runs_as_written(tmp_path):
     (tmp_path / "path" / "to").mkdir(parents=True)
     (tmp_path / "models").mkdir()
     onnx.save(yolov8_like(), tmp_path / "path" / "to" / "my_yolo.onnx")
+    photos(tmp_path)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     for cmd in commands[:-1]:
         run = subprocess.run(shlex.split(cmd), cwd=tmp_path, env=env, text=True, capture_output=True, timeout=300)
         assert run.returncode == 0, f"{cmd}: {run.stderr}"
     params = yaml.safe_load((tmp_path / "params.yaml").read_text())
+    assert (tmp_path / "data/my_yolo/site/line1/manifest.json").is_file()
     documented = yaml.safe_load(blocks(text, "yaml")[0])["models"]["my_yolo"]
     assert params["models"]["my_yolo"] == documented
     before = yaml.safe_load((ROOT / "params.yaml").read_text())

@@ -249,7 +249,7 @@ def test_verdict_says_what_to_do_first():
     assert d == "needs review" and "recalibrating on night fixes night but breaks day; compose a calibration set that covers both conditions" in lines[0]
     d, lines = v([_site("day", (0.95, "green"), (0.93, "green")), _site("night", (0.7, "red"), (0.94, "green"))], "night")
     assert d == "switch to candidate" and lines[0].startswith("Switch to the candidate (calibrated on night): it agrees with FP32 on every site set and fixes night")
-    assert lines[-1].startswith("To deploy it: set calibrations.deployed.calibration_set") and "dvc repro" in lines[-1]  # the next command
+    assert lines[-1].startswith("To deploy it: set the model's sets.deployed.calibration") and "dvc repro" in lines[-1]  # the next command
     d, lines = v([_site("day", (0.95, "green"), (0.83, "amber")), _site("night", (0.92, "green"), (0.94, "green"))], "night")
     assert d == "keep deployed" and lines[0].startswith("Keep deployed: the deployed model agrees with FP32 on every site set; recalibrating on night would break day")
     d, lines = v([_site("day", (0.95, "green"))], None)

@@ -50,6 +50,13 @@ def set_folders(path: str | Path) -> list[Path]:
     return found
 
 
+def holds_sets(path: str | Path) -> bool:
+    """Whether ``path`` is a folder of sets (no ``manifest.json`` of its own, a subfolder with one): what commands that
+    take a set also take, running once per set. Anything else is left to the single-set path and its messages."""
+    p = Path(path)
+    return p.is_dir() and not (p / MANIFEST).is_file() and any((d / MANIFEST).is_file() for d in p.iterdir() if d.is_dir())
+
+
 @dataclasses.dataclass(frozen=True)
 class DeployedSets(Config):
     """Which sets of the model's folders the deployed INT8 uses.

@@ -39,12 +39,12 @@ def run(args: argparse.Namespace) -> int:
     from ..drift import DriftConfig, check_drift
     from ..errors import InputFileError
 
-    from ..calibset.manifest import MANIFEST
+    from ..calibset.model_sets import holds_sets
 
     cfg = config_from_params(DriftConfig, args.params, "drift", model=args.model)
     if args.no_clipping:
         cfg = cfg.replace(clipping=False)
-    if not (args.site_set / MANIFEST).is_file():
+    if holds_sets(args.site_set):
         return _run_sets(args, cfg)
     if args.out is not None and args.out.is_dir():  # fail before the (slow) check, not after it
         raise InputFileError(f"{args.out}: is a folder; --out takes the drift result's file path, e.g. {args.out / 'site.json'}")

@@ -49,17 +49,18 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--candidate and --candidate-thresholds go together; pass both or neither")
     if args.candidate is not None:
         quantized["candidate"] = (args.candidate, args.candidate_thresholds)
-    from ..calibset.manifest import MANIFEST
+    from ..calibset.model_sets import holds_sets
     from ..evaluate.sets import evaluate_sets
 
-    if (args.site_set / MANIFEST).is_file():
+    single = not holds_sets(args.site_set)
+    if single:
         results = [evaluate(args.site_set, args.fp32, quantized, task, args.out, min_agreement=floor,
                             near_line_steps=thresholds.near_line_steps)]
     else:
         results = evaluate_sets(args.site_set, args.fp32, quantized, task, args.out, min_agreement=floor,
                                 near_line_steps=thresholds.near_line_steps)
     if args.json:
-        data = results[0].to_dict() if len(results) == 1 and (args.site_set / MANIFEST).is_file() else [r.to_dict() for r in results]
+        data = results[0].to_dict() if single else [r.to_dict() for r in results]
         sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
         return 0
     sys.stdout.write("\n".join(_lines(r, floor) for r in results) + "\n")

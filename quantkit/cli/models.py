@@ -90,12 +90,15 @@ def run_add(args: argparse.Namespace) -> int:
     if args.name in model_names(args.params) and not args.force:
         raise ConfigError(f"{args.params}: models.{args.name} already exists; pick another name, or pass --force to replace it")
     pre = {k: getattr(args, k) for k in ("color_order", "scale", "mean", "std", "resize_policy", "resize_short", "pad_value", "pad_input") if getattr(args, k) is not None}
-    sets = _sets_entry(args)
     plan = plan_model_entry(args.name, args.model, args.params, adapter=args.adapter, options=_options(args.option, args.adapter),
                             input_size=tuple(args.input_size) if args.input_size else None, preprocessing=pre)
+    # one DVC resolution with the entry added: today's stages and the new model's own (dist/<name>/, ...); its set folders
+    # are only read by DVC here, so the default layout stands in until the sets are checked below
+    layout = {k: f"data/{args.name}/{k}" for k in ("calibration", "reference", "site")}
+    _refuse_pipeline_output(args.model, args.params.resolve().parent,
+                            _with_entry(args.params, args.name, {**plan.entry, "sets": {**layout, "deployed": {"calibration": "a", "reference": "a"}}}))
+    sets = _sets_entry(args)
     plan.entry["sets"] = sets
-    # one DVC resolution with the entry added: today's stages and the new model's own (dist/<name>/, ...)
-    _refuse_pipeline_output(args.model, args.params.resolve().parent, _with_entry(args.params, args.name, plan.entry))
     io = plan.io
     outs = ", ".join(f"{n} {list(s)}" for n, s in io.outputs.items())
     print(f"model    {args.model}: input {io.input_name!r} {list(io.input_shape)} ({io.layout}); outputs {outs} ({io.shapes_from})")

@@ -31,11 +31,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
-    """``--model NAME`` (repeatable) and ``--work``, read by :func:`model_work_dirs` (report, measure)."""
-    p.add_argument("--model", action="append", metavar="NAME",
-                   help="a model under params 'models' (repeat for several); its work folder is WORK/NAME. Default: every model there")
+    """``--model WORK_DIR`` (repeatable) and ``--work``, read by :func:`model_work_dirs` (report, measure)."""
+    p.add_argument("--model", type=Path, action="append", metavar="WORK_DIR",
+                   help="a model's work folder (repeat for several models), e.g. work/models/ppocr_det; "
+                        "default: WORK/<name> for every model under params 'models'")
     p.add_argument("--work", type=Path, default=Path("work/models"),
-                   help="the folder holding each model's work folder (default: work/models, the pipeline's layout)")
+                   help="without --model: the folder holding each params model's work folder (default: work/models)")
 
 
 def _is_report_metrics(path: Path) -> bool:
@@ -67,24 +68,21 @@ def check_out(out: Path, inputs: list[Any]) -> None:
     check_output_dir(out / "plots", None)
 
 
-def model_work_dirs(models: list[str] | None, params: Path | None, work: Path) -> list[Path]:
-    """The work folders a command reads: ``work/<name>`` for each of ``models`` (names under the params file's
-    ``models``), or for every model there (the main job's list, so a model added to or removed from params is in or out).
+def model_work_dirs(models: list[Path] | None, params: Path | None, work: Path) -> list[Path]:
+    """The work folders a command reads: ``models`` when given, else ``work/<name>`` for each model under the params
+    file's ``models`` (the main job's list, so a model added to or removed from params is in or out).
 
     Raises:
-        ConfigError: no params, a name that is not under ``models``, or the params' ``models`` missing or malformed.
+        ConfigError: neither given, or the params' ``models`` is missing or malformed.
     """
     from ..paramsfile import pipeline_models
     from ..errors import ConfigError
 
+    if models:
+        return list(models)
     if params is None:
-        raise ConfigError("pass --params params.yaml: --model names a model under its 'models' (default: every model there)")
-    known = pipeline_models(params)
-    for name in models or ():
-        if name not in known:
-            hint = " (--model takes a model's name now; its work folder is --work/NAME)" if "/" in name else ""
-            raise ConfigError(f"{params}: --model {name}: not a model under 'models' (it has {', '.join(known)}){hint}; fix --model")
-    return [work / name for name in (models or known)]
+        raise ConfigError("name the models: --model WORK_DIR (repeatable), or --params params.yaml for every model under 'models'")
+    return [work / name for name in pipeline_models(params)]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -85,9 +85,9 @@ def run_deployment(args: argparse.Namespace) -> int:
     from ..calibset.model_sets import set_folders
     from ._roles import model_site_sets
 
-    args.site_set = [s for d in args.site_set for s in set_folders(d)] or model_site_sets(args.params, args.model, "--site-set")
     if args.fp32 is None:
-        raise ConfigError("--out needs --fp32 INTAKE_DIR (the FP32 reference)")
+        raise ConfigError("--out needs --fp32 INTAKE_DIR and the site sets: --site-set DIR, or --params params.yaml --model NAME")
+    args.site_set = [s for d in args.site_set for s in set_folders(d)] or model_site_sets(args.params, args.model, "--site-set")
     check_output_file(DeploymentVerification.path_in(args.out), DeploymentVerification.file_kind(),  # before the (slow) runs
                       inputs=[args.bundle, args.fp32, *args.site_set, args.params])
     cfg = config_from_params(DeploymentVerifyConfig, args.params, "verify", model=args.model)

@@ -34,8 +34,8 @@ class Action:
 RECALIBRATE = Action(
     "recalibrate", "recalibrate",
     "The light changed within what the camera can capture; the INT8 model needs calibrating on images of the new light.",
-    "compose a calibration set that covers the new condition, set it as the candidate's calibration_set in params.yaml, "
-    "run 'dvc repro' and compare deployed and candidate in the shift report")
+    "register images of the new condition as a set in the model's sets.calibration folder (params.yaml models.<name>.sets), "
+    "run 'dvc repro' (the candidate is composed from that folder) and compare deployed and candidate in the shift report")
 CHECK_CAMERA = Action(
     "check-camera", "check camera",
     "The camera itself is at fault, not the model: have it fixed rather than recalibrating on its faulty images.",

@@ -313,7 +313,7 @@ def build_model_report(inputs: ModelInputs, cfg: ReportConfig) -> ModelReport:
                "it is the precision fallback's output (every node in 8 bits" + (f", after {', '.join(st.name for st in fallback.recovery)}"
                                                                                if fallback.recovery else "") + ")")
         lines = [f"To deploy it: {how}; bundle and verify that file with the two commands below ('quantkit bundle', then 'quantkit verify')."
-                 if line.startswith("To deploy it: set calibrations.deployed") else line for line in lines]
+                 if line.startswith("To deploy it: set the model's sets.deployed") else line for line in lines]
     provenance = {role: {"record": r.fingerprint, "model_digest": r.model_digest, "quantized_model_digest": r.quantized_model_digest,
                          "calibration_set": r.set_name, "calibration_set_id": r.set_id, "method": r.config.get("method"),
                          "thresholds": ts.fingerprint, "versions": r.versions} for role, (r, ts, _) in roles.items()}

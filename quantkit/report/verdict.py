@@ -309,8 +309,8 @@ def _decide(sites: Sequence[SiteReport], primary: MetricInfo, item: str, deploye
     still = [n for n, c in cand.items() if c and c.status != "green" and n not in breaks]
     cand_green = all(c is not None and c.status == "green" for c in cand.values())
     md, mc = _mean(dep, primary), _mean(cand, primary)
-    deploy_cmd = (f"To deploy it: set calibrations.deployed.calibration_set to the candidate's calibration set ({candidate_cal}) in params.yaml, "
-                  "run 'dvc repro', review 'dvc metrics diff', and commit.")
+    deploy_cmd = (f"To deploy it: set the model's sets.deployed.calibration (params.yaml models.<name>.sets) to the candidate's calibration "
+                  f"set ({candidate_cal}), registered in its sets.calibration folder, run 'dvc repro', review 'dvc metrics diff', and commit.")
     material = paired is not None and paired.better
     if cand_green and bad:
         decision = "switch to candidate"

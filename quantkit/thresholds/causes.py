@@ -13,7 +13,7 @@ trials behind issue #30:
    (``quantize.tensor_overrides.<tensor>.quant_type: uint16``).
 3. activation type: 8-bit activations. Fix: ``quantize.activation_type: uint16`` (QDQ only; ORT's 16-bit QDQ).
 4. calibration set: calibrated on other images than the ones compared on (camera, lighting). Fix: point
-   ``calibrations.<role>.calibration_set`` at a set like them.
+   ``models.<name>.sets.deployed.calibration`` at a set like them.
 
 Nothing here reads a task's outputs: the causes are properties of the record (habit 11 of STYLE.md).
 """
@@ -87,7 +87,7 @@ def likely_causes(record: CalibrationRecord, compared_on: SetRef | None = None) 
         if differs:
             seen += f", compared on '{compared_on.name}' ({', '.join(differs)})"
     causes.append(LikelyCause("calibration_set", seen,
-                              "point calibrations.<role>.calibration_set at images like the ones compared on"))
+                              "point models.<name>.sets.deployed.calibration at images like the ones compared on"))
     return tuple(causes)
 
 
