@@ -84,6 +84,20 @@ def test_verify_detects_a_changed_image(tmp_path: Path) -> None:
         CalibrationSet.load(folder, verify=True)
 
 
+def test_verify_names_an_image_added_without_registering(tmp_path: Path, capsys) -> None:
+    """`calibset show --verify` never says "all hashes match" while images/ holds a file the manifest does not list."""
+    from quantkit.cli.main import main
+
+    folder = make_folder(tmp_path / "s")
+    register_set(folder, name="s")
+    (folder / "images/extra.jpg").write_bytes(_jpeg(np.random.default_rng(7)))
+    with pytest.raises(CalibrationSetError, match="extra.jpg: in .* but not registered"):
+        CalibrationSet.load(folder, verify=True)
+    assert main(["calibset", "show", str(folder), "--verify"]) == 2
+    out, err = capsys.readouterr()
+    assert "hashes match" not in out and "not registered" in err
+
+
 def test_edited_manifest_is_rejected(tmp_path: Path) -> None:
     folder = make_folder(tmp_path / "s")
     register_set(folder, name="s")

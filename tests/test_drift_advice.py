@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from quantkit.drift.advice import ACTIONS, CAUSES, CHECK_CAMERA, QUANTIZATION_LOSS, RECALIBRATE, RETRAIN, WATCH, diagnose, is_drifting
+from quantkit.drift.advice import ACTIONS, CAUSES, CHECK_CAMERA, NEW_SET, QUANTIZATION_LOSS, RECALIBRATE, RETRAIN, WATCH, diagnose, is_drifting
 
-DAY = {"brightness_mean": 120.0, "brightness_p50": 118.0, "contrast_rms": 0.20, "sharpness_lapvar": 400.0, "noise_sigma": 2.0,
+DAY = {"width": 640.0, "height": 640.0, "brightness_mean": 120.0, "brightness_p50": 118.0, "contrast_rms": 0.20, "sharpness_lapvar": 400.0, "noise_sigma": 2.0,
        "cast_rg": 1.0, "cast_bg": 1.0, "clip_dark": 0.0, "clip_bright": 0.01}
 
 
@@ -35,6 +35,11 @@ def _after(**changes: float) -> dict[str, float]:
     (DAY, {"width", "height"}, {"agreement_low": True}, "quantization", QUANTIZATION_LOSS),  # a size change alone is no cause
     (DAY, set(), {"agreement_low": True, "fp32_fails": True}, "new_content", RETRAIN),
     (DAY, set(), {"agreement_low": True, "clipping": True}, "clipping", RECALIBRATE),
+    # 48x192 text-line crops against 640x640 scenes: blurred and darker too, but another kind of image, not a camera fault
+    (_after(width=192.0, height=48.0, sharpness_lapvar=30.0, brightness_mean=60.0, brightness_p50=58.0),
+     {"width", "height", "sharpness_lapvar", "brightness_mean", "brightness_p50"}, {}, "other_kind", NEW_SET),
+    # a replacement camera of the same view: 0.55 of the resolution per side (0.3 of the area), same shape -> still the camera
+    (_after(width=352.0, height=352.0, sharpness_lapvar=40.0), {"width", "height", "sharpness_lapvar"}, {}, "defocus", CHECK_CAMERA),
 ])
 def test_each_finding_maps_to_its_action(after, moved, kw, cause, action):
     found = diagnose(DAY, after, moved, **kw)
@@ -44,7 +49,7 @@ def test_each_finding_maps_to_its_action(after, moved, kw, cause, action):
 
 def test_table_is_complete_and_frozen():
     assert {a for _, a in CAUSES.values()} == set(ACTIONS.values())
-    assert list(ACTIONS)[:3] == ["check-camera", "retrain", "recalibrate"]  # the order cameras are ranked in
+    assert list(ACTIONS)[:4] == ["check-camera", "register-set", "retrain", "recalibrate"]  # the order cameras are ranked in
     with pytest.raises(dataclasses.FrozenInstanceError):
         RECALIBRATE.badge = "x"  # type: ignore[misc]
     assert all(a.lead.endswith(".") and a.fix for a in ACTIONS.values())

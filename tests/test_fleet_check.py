@@ -41,7 +41,7 @@ def test_changed_camera_alerts_since_its_first_changed_day(scored):
     assert {"brightness_mean", "brightness_p50"} <= moved
     assert any("brightness fell" in r for r in cam.reasons)
     # less light within the sensor's range, further from the calibration set: the table says recalibrate, and why
-    assert cam.action == "recalibrate" and cam.reasons[-1].startswith("recalibrate: the lighting changed; compose a calibration set")
+    assert cam.action == "recalibrate" and cam.reasons[-1].startswith("recalibrate: the lighting changed; register images of the new condition")
     assert all(c.status == "ok" for c in res.cameras if c.camera != "b02")
     assert res.sites["site-b"]["cameras_alerting"] == 1 and res.sites["site-a"]["cameras_alerting"] == 0
     assert res.fleet["images"] == 4 * 7 * 6 and res.fleet["scored"] == 4 * 7 * 2

@@ -203,16 +203,19 @@ def test_second_repro_does_nothing(pipeline: Path):
 
 
 def test_editing_the_users_site_set_reruns_only_its_stages(pipeline: Path):
-    """A new image in the user's night site set (re-registered): only the user's model's stages and the report re-run."""
-    folder = pipeline / "data" / USER_MODEL / "site" / "night"
-    manifest = (folder / "manifest.json").read_bytes()
-    shutil.copy(folder / "images" / "00.png", folder / "images" / "99.png")
+    """A new site set in the user's folder (a registered manifest is never rewritten: a changed set is a new version):
+    only the user's model's stages and the report re-run."""
+    night = pipeline / "data" / USER_MODEL / "site" / "night"
+    dusk = night.parent / "dusk"
+    (dusk / "images").mkdir(parents=True)
+    for f in (night / "images").iterdir():
+        shutil.copy(f, dusk / "images" / f.name)
+    shutil.copy(night / "images" / "00.png", dusk / "images" / "99.png")
     try:
-        assert _run(["quantkit", "calibset", "register", str(folder), "--name", "night", "--kind", "site"], pipeline).returncode == 0
+        assert _run(["quantkit", "calibset", "register", str(dusk), "--name", "dusk", "--kind", "site"], pipeline).returncode == 0
         status = json.loads(_run(["dvc", "status", "--json"], pipeline).stdout)
     finally:
-        (folder / "images" / "99.png").unlink()
-        (folder / "manifest.json").write_bytes(manifest)
+        shutil.rmtree(dusk)
     changed = set(status)
     assert changed and all(USER_MODEL in name or name == "report" for name in changed), changed
     assert {f"evaluate@{USER_MODEL}", f"drift@{USER_MODEL}"} <= changed

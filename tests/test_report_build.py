@@ -241,7 +241,7 @@ def test_verdict_says_what_to_do_first():
     d, lines = v([quiet, _site("night", (0.7, "red"), drift=NIGHT), _site("cam2", (0.7, "red"), drift=CAMERA)], None)
     assert d == "needs review" and "recalibrate" not in lines[0].split("quantization loss for day")[1].split(";")[0]
     assert "quantization loss for day (no image statistic moved, yet INT8 disagrees with FP32): recover accuracy in the quantization" in lines[0]
-    assert "recalibrate for night (the lighting changed): compose a calibration set" in lines[0]
+    assert "recalibrate for night (the lighting changed): register images of the new condition" in lines[0]
     assert "check camera for cam2 (the image lost more sharpness than its contrast explains: defocus or a blurred lens): service" in lines[0]
     d, lines = v([_site("day", (0.95, "green"), (0.95, "green")), _site("night", (0.7, "red"), (0.72, "red"))], "night")
     assert d == "needs review" and "recalibrating on night does not fix it" in lines[0]

@@ -165,8 +165,15 @@ class CalibrationSet:
         """Re-hash every image and compare with the manifest (streaming, 1 MiB chunks).
 
         Raises:
-            CalibrationSetError: an image is missing or its SHA-256 differs (names the first one).
+            CalibrationSetError: an image is missing or its SHA-256 differs, or an image file under ``images/`` is not
+                in the manifest (a set is what its manifest lists: an added image is a new version); names the first one.
         """
+        listed = {e.file for e in self.entries}
+        extra = [f for f in iter_image_files(self.root) if f.relative_to(self.root).as_posix() not in listed]
+        if extra:
+            raise CalibrationSetError(f"{extra[0]}: in {self.root / IMAGES} but not registered in {self.root / MANIFEST} ({len(extra)} such "
+                                      f"image{'s' if len(extra) > 1 else ''}); register the changed set as a new version "
+                                      "(copy the folder, then 'quantkit calibset register') or remove it")
         for e, p in progress(list(zip(self.entries, self.paths())), desc=f"verify {self.name}"):
             try:
                 digest = sha256_file(p)

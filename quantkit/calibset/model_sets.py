@@ -126,6 +126,38 @@ class ModelSets(Config):
         return path
 
 
+def check_model_sets(params: str | Path, model: str) -> ModelSets | None:
+    """Check that every folder ``models.<model>.sets`` names holds sets and that the deployed ones are registered, before
+    a stage needs them (the model's intake stage runs first: a misspelt folder is one line here, not DVC's missing
+    dependency later). A demo model's sets are rendered by the demo_set stages, so they are not required to exist yet.
+    None when the model declares no sets.
+
+    Raises:
+        ConfigError / InputFileError: the sets are malformed, a folder holds no set, or a deployed set is not registered;
+            the message names the params key.
+    """
+    models = load_params(params, "models")
+    entry = models.get(model) if isinstance(models, dict) else None
+    if not isinstance(entry, dict) or "sets" not in entry:
+        return None
+    sets = model_sets(params, model)
+    if entry.get("source", "file") == "demo":
+        return sets
+    root = Path(params).resolve().parent
+    for kind in KINDS:
+        try:
+            set_folders(root / sets.folder(kind))
+        except InputFileError as e:
+            raise InputFileError(f"{params}: models.{model}.sets.{kind}: {e}") from None
+    for kind in ("calibration", "reference"):
+        path = root / sets.folder(kind) / getattr(sets.deployed, kind)
+        if not (path / MANIFEST).is_file():
+            names = ", ".join(d.name for d in set_folders(root / sets.folder(kind)))
+            raise InputFileError(f"{params}: models.{model}.sets.deployed.{kind}: {getattr(sets.deployed, kind)!r} is not a set in "
+                                 f"{sets.folder(kind)} (it has {names}); fix the name")
+    return sets
+
+
 def model_sets(params: str | Path, model: str) -> ModelSets:
     """``models.<model>.sets`` of the params file.
 

@@ -102,7 +102,7 @@ def _lines(result: Any, cfg: Any) -> str:
     out.extend(f"  - {r}" for r in result.reasons)
     if result.changed:  # the cause -> action table (quantkit.drift.advice); a change of light matters only if the model disagrees
         found = diagnose_result(result)
-        when = "" if found.action.name in ("check-camera", "retrain") else " if the deployed model no longer agrees with FP32 (the shift report says)"
+        when = "" if found.action.name in ("check-camera", "retrain", "register-set") else " if the deployed model no longer agrees with FP32 (the shift report says)"
         out.append(f"  what to do: {found.action.badge}{when}: {found.words}; {found.action.fix}")
     out.extend(f"  warning: {w}" for w in result.warnings)
     return "\n".join(out)

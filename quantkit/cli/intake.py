@@ -36,6 +36,9 @@ def run(args: argparse.Namespace) -> int:
         from ..paramsfile import check_model_source
 
         check_model_source(args.params, args.model, args.model_file)
+        from ..calibset.model_sets import check_model_sets
+
+        check_model_sets(args.params, args.model)  # the model's first stage: a misspelt set folder is named here
     cfg = config_from_params(IntakeConfig, args.params, "intake", model=args.model)
     task = config_from_params(TaskConfig, args.params, "task", model=args.model).make() if has_section(args.params, "task", model=args.model) else None
     if args.accept_numeric_change:

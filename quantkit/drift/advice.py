@@ -1,7 +1,8 @@
 """What to do about a drift finding: the one table from cause to action, shared by ``quantkit drift``, the shift
 report's recommendation and the fleet check, report and badges.
 
-Four actions (and watch, none): **recalibrate** when the light changed within what the camera can capture (brightness,
+Five actions (and watch, none): **register set** when the site's images are another kind than the calibration set's
+(size and shape far apart: text-line crops against scenes); **recalibrate** when the light changed within what the camera can capture (brightness,
 exposure, colour cast); **check the camera** when the camera is at fault (defocus or a blurred lens, sensor noise
 without less light, a dark or blown-out camera whose exposure collapsed, exposure that keeps drifting); **retrain**
 when FP32 itself fails on the images (content the model never saw); **quantization loss** when nothing in the
@@ -54,12 +55,19 @@ WATCH = Action(
     "The images changed, but the INT8 model still agrees with FP32 and they are no further from its calibration set: "
     "nothing to fix yet.",
     "keep the camera in the next checks; recalibrate if its agreement with FP32 falls")
+NEW_SET = Action(
+    "register-set", "register set",
+    "These images are not the kind the calibration set holds (their size and shape differ far beyond what a camera or "
+    "lighting change does): the model is judged on unlike images, not on a fault.",
+    "register sets of these images in the model's own sets folders ('quantkit calibset register', then the model's "
+    "sets.calibration / sets.reference in params.yaml), then 'dvc repro'")
 NO_ACTION = Action("none", "no action", "Nothing to do: the images and the model's agreement with FP32 are as before.", "none")
 
-ACTIONS: dict[str, Action] = {a.name: a for a in (CHECK_CAMERA, RETRAIN, RECALIBRATE, QUANTIZATION_LOSS, WATCH, NO_ACTION)}
+ACTIONS: dict[str, Action] = {a.name: a for a in (CHECK_CAMERA, NEW_SET, RETRAIN, RECALIBRATE, QUANTIZATION_LOSS, WATCH, NO_ACTION)}
 """Every action by name, most urgent first (the order cameras are ranked in)."""
 
 CAUSES: dict[str, tuple[str, Action]] = {
+    "other_kind": ("these images are not the kind the calibration set holds (their size or shape is far from its images')", NEW_SET),
     "exposure_collapse": ("the exposure collapsed: most of the image is crushed to black or blown out", CHECK_CAMERA),
     "exposure_drift": ("the exposure keeps drifting window after window, as a failing auto-exposure or lamp does", CHECK_CAMERA),
     "defocus": ("the image lost more sharpness than its contrast explains: defocus or a blurred lens", CHECK_CAMERA),
@@ -81,6 +89,13 @@ LIGHT = frozenset({"brightness_mean", "brightness_p5", "brightness_p50", "bright
 BRIGHTNESS = frozenset({"brightness_mean", "brightness_p50"})
 COLOUR = frozenset({"cast_rg", "cast_bg"})
 OPTICS = frozenset({"sharpness_lapvar", "noise_sigma"})
+KIND_AREA_RATIO = 4.0
+"""Image area ratio (either way) at or beyond which, with the shape changed too, the site's images are another kind
+than the calibration set's: twice the size per side. A camera swap on the same view changes the resolution but keeps
+the shape (:data:`KIND_ASPECT_RATIO`), so it stays a camera finding."""
+KIND_ASPECT_RATIO = 1.5
+"""Aspect ratio (width / height) change, either way, at or beyond which the images are another kind: a camera of the
+same view keeps its field of view's shape; a 4:3 camera against 48x192 text lines is a factor of about 3."""
 
 COLLAPSE_SHARE = 0.5
 """Share of the pixels crushed to black (or blown out) in the median image above which the exposure collapsed: the
@@ -157,6 +172,8 @@ def diagnose(before: Mapping[str, float], after: Mapping[str, float], moved: Col
             it); then a lighting or colour change is ``covered`` (watch), never a camera fault.
         clipping: INT8 activations clip beyond their calibration baseline (:mod:`quantkit.drift.clipping`).
     """
+    if _other_kind(before, after):
+        return finding("other_kind")
     moved = set(moved) - {"width", "height"}
     bright = _ratio(before, after, "brightness_mean")
     crushed = max(after.get("clip_dark", 0.0), after.get("clip_bright", 0.0))
@@ -180,6 +197,17 @@ def diagnose(before: Mapping[str, float], after: Mapping[str, float], moved: Col
     if clipping:
         return finding("clipping")
     return finding("quantization" if agreement_low else "none")
+
+
+def _other_kind(before: Mapping[str, float], after: Mapping[str, float]) -> bool:
+    """Whether the median image size moved by :data:`KIND_AREA_RATIO` and its shape by :data:`KIND_ASPECT_RATIO`, or its
+    shape alone by twice that: another kind of image, not a change of the same camera's view."""
+    w, h = _ratio(before, after, "width"), _ratio(before, after, "height")
+    if w is None or h is None or not (w > 0 and h > 0):
+        return False
+    area, aspect = w * h, w / h
+    far = lambda r, bound: r >= bound or r <= 1 / bound  # noqa: E731
+    return (far(area, KIND_AREA_RATIO) and far(aspect, KIND_ASPECT_RATIO)) or far(aspect, KIND_ASPECT_RATIO ** 2)
 
 
 def diagnose_result(drift: Any, *, agreement_low: bool = False, fp32_fails: bool = False) -> Finding:

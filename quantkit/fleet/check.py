@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 
-TO_DO = {"check-camera": "to check the camera", "retrain": "showing content the model never saw", "recalibrate": "to recalibrate",
+TO_DO = {"check-camera": "to check the camera", "register-set": "showing another kind of image than the calibration set", "retrain": "showing content the model never saw", "recalibrate": "to recalibrate",
          "quantization-loss": "with quantization loss", "watch": "to watch", "none": "with nothing to do"}
 """How the verdict counts the cameras of each action (:data:`quantkit.drift.advice.ACTIONS`): "2 to recalibrate (b01, b02)"."""
 
