@@ -220,3 +220,42 @@ def test_intake_names_a_misspelt_set_folder_before_any_stage_needs_it(user_repo,
     Path("params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     assert main(["intake", "models/cls.onnx", "--params", "params.yaml", "--model", "cls", "--out", "work/models/cls/intake"]) == 2
     assert "sets.deployed.calibration: 'dawn' is not a set in data/cls/calibration (it has day, night)" in capsys.readouterr().err
+
+
+def test_the_recalibration_loop_ends_in_promote(user_repo, capsys):
+    """New site images -> drift -> a candidate composed from the model's own pool -> promote: the deployed model's
+    calibration set and settings in params become the candidate's, and the next quantize uses them."""
+    assert main(ADD + OWN) == 0
+    assert main(["intake", "models/cls.onnx", "--params", "params.yaml", "--model", "cls", "--out", "work/models/cls/intake"]) == 0
+    q = ["quantize", "work/models/cls/intake", "--params", "params.yaml", "--model", "cls"]
+    assert main([*q, "--role", "deployed", "--out", "work/models/cls/quantize/deployed"]) == 0
+    assert main(["drift", "data/cls/site", "--calibration-set", "data/cls/calibration/day", "--params", "params.yaml", "--model", "cls",
+                 "--no-clipping", "--out", "work/models/cls/drift"]) == 0
+    assert main(["calibset", "compose", "work/models/cls/calibsets/candidate", "--name", "cls-candidate", "--from", "data/cls/calibration/day:16",
+                 "--cover", "work/models/cls/drift", "--pool", "data/cls/calibration"]) == 0
+    assert main([*q, "--section", "quantize_candidate", "--calibration-set", "work/models/cls/calibsets/candidate",
+                 "--out", "work/models/cls/quantize/candidate"]) == 0
+    before = Path("params.yaml").read_text()
+    capsys.readouterr()
+    assert main(["models", "promote", "cls", "--json"]) == 0
+    done = json.loads(capsys.readouterr().out)
+    composed = json.loads(Path("work/models/cls/calibsets/candidate/manifest.json").read_text())
+    assert [c["name"] for c in composed["generator"]["composition"]] == ["calibration-day", "calibration-night"]  # drift flagged night
+    assert done["path"].endswith(f"data/cls/calibration/candidate-{composed['set_id'][:8]}") and done["set_id"] == composed["set_id"]
+    assert done["written"] == {"sets.deployed.calibration": f"candidate-{composed['set_id'][:8]}", "quantize.method": "percentile",
+                               "quantize.percentile": 99.999, "quantize.calibration_symmetric": False}
+    entry = yaml.safe_load(Path("params.yaml").read_text())["models"]["cls"]
+    assert entry["sets"]["deployed"]["calibration"] == done["written"]["sets.deployed.calibration"] and entry["quantize"]["method"] == "percentile"
+    assert Path("params.yaml").read_text().startswith(before.split("\n", 1)[0])  # the file's comments stay
+    assert main([*q, "--role", "deployed", "--out", "work/models/cls/quantize/promoted"]) == 0
+    rec = json.loads(Path("work/models/cls/quantize/promoted/record.json").read_text())
+    assert rec["calibration_set"]["set_id"] == composed["set_id"] and rec["config"]["method"] == "percentile"
+    assert main(["models", "promote", "cls"]) == 0  # promoting again is the same set: nothing new
+    assert sorted(p.name for p in Path("data/cls/calibration").iterdir()) == sorted(["day", "night", done["name"]])
+
+
+def test_promote_without_a_candidate_says_to_run_the_pipeline(user_repo, capsys):
+    assert main(ADD + OWN) == 0
+    before = Path("params.yaml").read_bytes()
+    assert main(["models", "promote", "cls"]) == 2
+    assert "no candidate to promote" in capsys.readouterr().err and Path("params.yaml").read_bytes() == before

@@ -58,6 +58,36 @@ def register(subparsers: Any) -> None:
     a.add_argument("--yes", action="store_true", help="accept the guessed adapter without asking")
     a.add_argument("--force", action="store_true", help="replace an existing models.NAME")
     a.set_defaults(func=run_add)
+    pr = sub.add_parser(
+        "promote", help="make the model's candidate its deployed calibration (then dvc repro)",
+        description="Copy the candidate's composed calibration set (work/models/NAME/calibsets/candidate) into the model's "
+        "sets.calibration folder as a registered set, point models.NAME.sets.deployed.calibration at it and write the candidate's "
+        "calibration settings that differ under models.NAME.quantize; the next 'dvc repro' recalibrates, re-binds and re-bundles "
+        "the deployed model. Says what a recalibration does not reproduce (nodes kept in float, recovery steps).")
+    pr.add_argument("name", metavar="NAME", help="a model under params 'models'")
+    pr.add_argument("--params", type=Path, default=Path("params.yaml"), help="params file to edit (default params.yaml)")
+    pr.add_argument("--work", type=Path, default=Path("work/models"), help="folder of the models' work folders (default work/models)")
+    pr.add_argument("--json", action="store_true", help="print what was done as JSON")
+    pr.set_defaults(func=run_promote)
+
+
+def run_promote(args: argparse.Namespace) -> int:
+    import json
+
+    from ..calibset.promote import promote_candidate
+
+    done = promote_candidate(args.params, args.name, args.work)
+    if args.json:
+        print(json.dumps(done.to_dict(), indent=2, sort_keys=True))
+        return 0
+    print(f"registered {done.path} ({done.name}, set_id {done.set_id[:12]}): the candidate's calibration set, now in the model's own folder")
+    for key, value in done.written.items():
+        print(f"wrote      {args.params}: models.{args.name}.{key} = {value!r}")
+    for line in done.not_reproduced:
+        print(f"note       {line}")
+    print(f"next       dvc repro   (recalibrates {args.name} on it, re-binds its thresholds, rebuilds and verifies its bundles); "
+          "then 'dvc metrics diff' and commit")
+    return 0
 
 
 def _with_entry(params: Path, name: str, entry: dict[str, Any]) -> dict[str, Any]:
