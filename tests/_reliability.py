@@ -88,7 +88,7 @@ def pipeline_argv(p: dict[str, Path], calib: str) -> list[list[str]]:
          "--history", s(p["history"]), "--out", s(p["thresholds"]), "--json"],
         ["evaluate", s(p["site"]), "--fp32", s(p["intake"]), "--deployed", s(p["quant"]), "--deployed-thresholds", s(p["thresholds"]),
          "--params", s(p["params"]), "--out", s(p["eval"] / "site")],
-        ["report", "--model", s(p["root"] / "work"), "--site-sets", s(p["root"] / "sets"), "--params", s(p["params"]), "--out", s(p["reports"])],
+        ["report", "--work-dir", s(p["root"] / "work"), "--site-sets", s(p["root"] / "sets"), "--params", s(p["params"]), "--out", s(p["reports"])],
     ]
 
 

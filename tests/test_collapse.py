@@ -91,6 +91,6 @@ def test_bound_anyway_the_report_shows_it_red(work: Path, capsys: pytest.Capture
     hint = [ln for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith("deployed: box_f1")]
     assert len(hint) == 1 and "is below thresholds.min_agreement 0.5; likely causes, most likely first: (1) per-channel" in hint[0]
     assert "(2) output 'det'" in hint[0] and "(4) calibrated on 'calib' (6 images)" in hint[0]
-    assert main(["report", "--model", str(m), "--out", str(work / "reports")]) == 0
+    assert main(["report", "--work-dir", str(m), "--out", str(work / "reports")]) == 0
     text = capsys.readouterr().out
     assert "deployed red box_f1" in text and "Needs review" in text

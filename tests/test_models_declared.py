@@ -64,7 +64,7 @@ def test_report_and_measure_without_models_or_params_say_what_to_pass(tmp_path, 
     for cmd in ("report", "measure"):
         assert main([cmd, "--out", str(tmp_path / "out")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and "--model WORK_DIR" in err[0] and "--params params.yaml" in err[0]
+        assert len(err) == 1 and "--work-dir WORK_DIR" in err[0] and "--params params.yaml" in err[0]
 
 
 def test_report_reads_each_params_model_from_the_work_folder(tmp_path, capsys):
@@ -79,6 +79,17 @@ def test_verify_takes_the_models_own_site_sets(tmp_path, capsys):
     assert main(["verify", str(tmp_path / "dist"), "--out", str(tmp_path / "v.json"), "--fp32", str(tmp_path),
                  "--params", str(p), "--model", "m"]) == 2
     assert "models.m.sets is missing" in capsys.readouterr().err
+
+
+def test_report_and_measure_take_a_params_model_as_model(tmp_path, capsys):
+    """``--model`` is a model of params.yaml everywhere; a work folder goes with --work-dir."""
+    p = _params(tmp_path, {"models": {"mine": {"file": "models/mine.onnx"}}})
+    for cmd in ("report", "measure"):
+        assert main([cmd, "--params", str(p), "--model", "work/models/mine", "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err
+        assert "--model work/models/mine: not a model under 'models'" in err and "--work-dir" in err
+        assert main([cmd, "--params", str(p), "--model", "mine", "--work", str(tmp_path / "w"), "--out", str(tmp_path / "out")]) == 2
+        assert f"{tmp_path / 'w' / 'mine'}" in capsys.readouterr().err
 
 
 def test_models_add_offers_every_resize_policy():

@@ -72,8 +72,8 @@ def test_another_commands_output_folder_is_refused_in_one_line(work, capsys):
     ["fallback", "{intake}", "--base", "{q}", "--reference-set", "{site}"],
     ["evaluate", "{site}", "--fp32", "{intake}", "--deployed", "{q}", "--deployed-thresholds", "{root}/th.json"],
     ["bundle", "{q}", "--thresholds", "{root}/th.json", "--fp32", "{intake}", "--golden", "{site}"],
-    ["report", "--model", "{root}/no-work"],
-    ["measure", "--model", "{root}/no-work"],
+    ["report", "--work-dir", "{root}/no-work"],
+    ["measure", "--work-dir", "{root}/no-work"],
     ["fleet", "score", "{root}/m.parquet", "--calibration-set", "{calib}"],
 ], ids=lambda a: " ".join(a[:2]))
 def test_every_folder_command_refuses_another_commands_output(work, capsys, argv):
@@ -166,8 +166,8 @@ def test_a_file_out_inside_an_input_folder_is_refused(work, tmp_path, capsys):
     ["fleet", "check", "{root}/scores", "--calibration-set", "{calib}", "--metrics", "{f}"],
     ["fleet", "report", "{root}/check.json", "--out", "{f}"],
     ["fleet", "score", "{root}/m.parquet", "--calibration-set", "{calib}", "--out", "{root}/scores", "--run-info", "{f}"],
-    ["report", "--model", "{root}/no-work", "--out", "{d}"],
-    ["measure", "--model", "{root}/no-work", "--out", "{d}"],
+    ["report", "--work-dir", "{root}/no-work", "--out", "{d}"],
+    ["measure", "--work-dir", "{root}/no-work", "--out", "{d}"],
 ], ids=lambda a: " ".join(a[:2]))
 def test_no_single_file_output_replaces_a_users_file(work, tmp_path, capsys, argv):
     mine = tmp_path / "precious.txt"

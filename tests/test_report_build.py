@@ -40,7 +40,7 @@ def _copy(p: dict[str, Path], tmp_path: Path) -> Path:
 
 
 def _args(p: dict[str, Path], out: Path, work: Path | None = None) -> list[str]:
-    return ["report", "--model", str(work or p["work"]), "--site-sets", str(p["site_sets"]), "--out", str(out)]
+    return ["report", "--work-dir", str(work or p["work"]), "--site-sets", str(p["site_sets"]), "--out", str(out)]
 
 
 def test_verdict_tells_the_lighting_story_with_sample_sizes(paths):
@@ -190,7 +190,7 @@ def test_cli_report_and_bad_inputs(paths, tmp_path, capsys):
     assert text.startswith("ppocr_det: Needs review: the deployed model disagrees") and "On cam1-night" in text
     assert json.loads((out / "metrics.json").read_text())["ppocr_det"]["cam1-night"]["candidate"]["status_code"] in (0, 1)
     missing = tmp_path / "none"
-    assert main(["report", "--model", str(tmp_path / "no-work"), "--out", str(missing)]) == 2
+    assert main(["report", "--work-dir", str(tmp_path / "no-work"), "--out", str(missing)]) == 2
     err = capsys.readouterr().err
     assert "model work folder not found" in err and len(err.strip().splitlines()) == 1 and not missing.exists()
 

@@ -62,13 +62,13 @@ def test_cli_table_and_bad_inputs(work, tmp_path, capsys):
     params = tmp_path / "params.yaml"
     params.write_text("measure: {runtimes: [onnxruntime], threads: [1], repeats: 3, warmup: 0, images: 1}\n")
     out = tmp_path / "reports" / "machine"
-    assert main(["measure", "--model", str(root), "--set", str(golden), "--params", str(params), "--out", str(out)]) == 0
+    assert main(["measure", "--work-dir", str(root), "--set", str(golden), "--params", str(params), "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "tiny" in text and "candidate" in text and "onnxruntime" in text and (out / "measurements.js").is_file()
-    assert main(["measure", "--model", str(tmp_path / "nowhere"), "--out", str(out)]) == 2
+    assert main(["measure", "--work-dir", str(tmp_path / "nowhere"), "--out", str(out)]) == 2
     assert "FP32 intake model not found" in capsys.readouterr().err
     params.write_text("measure: {repeats: 1}\n")
-    assert main(["measure", "--model", str(root), "--params", str(params), "--out", str(out)]) == 2
+    assert main(["measure", "--work-dir", str(root), "--params", str(params), "--out", str(out)]) == 2
     assert "measure.repeats: 1 must be >= 3" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="measure.runtimes"):
         MeasureConfig(runtimes=("tensorrt",))
@@ -85,8 +85,8 @@ def test_require_speedup_exits_1_when_int8_is_slower_than_the_best_float_run(wor
             "slower_than_best_float": ["tiny deployed openvino@1 (best float: fp32-default)"]}
     monkeypatch.setattr(m, "measure", lambda *a, **k: fake)
     out = tmp_path / "machine"
-    assert main(["measure", "--model", str(root), "--set", str(golden), "--out", str(out)]) == 0
-    assert main(["measure", "--model", str(root), "--set", str(golden), "--out", str(out), "--require-speedup"]) == 1
+    assert main(["measure", "--work-dir", str(root), "--set", str(golden), "--out", str(out)]) == 0
+    assert main(["measure", "--work-dir", str(root), "--set", str(golden), "--out", str(out), "--require-speedup"]) == 1
     text = capsys.readouterr().out
     assert "slower than the runtime's best float run: tiny deployed openvino@1 (best float: fp32-default)" in text
     assert "0.80x" in text  # the deployed row against fp32-default
@@ -114,7 +114,7 @@ def test_each_target_runtime_times_the_file_placed_for_it(work, tmp_path, capsys
                       "targets: {onnxruntime: {placement: openvino}, openvino: {placement: openvino}}\n")
     shutil.rmtree(work_dir / "targets")
     out = tmp_path / "machine"
-    assert main(["measure", "--model", str(work_dir), "--set", str(golden), "--params", str(params), "--out", str(out)]) == 2
+    assert main(["measure", "--work-dir", str(work_dir), "--set", str(golden), "--params", str(params), "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "the deployed model placed for onnxruntime (openvino) is missing; run 'dvc repro place@tiny-onnxruntime'" in err[0]
     assert not out.exists()

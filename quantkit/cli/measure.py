@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from ..paramsfile import targets
     from ..report.measure import MeasureConfig, measure, write_measurements
 
-    args.model = model_work_dirs(args.model, args.params, args.work)
+    args.model = model_work_dirs(args.model, args.params, args.work, args.work_dir)
     cfg = config_from_params(MeasureConfig, args.params, "measure")
     check_not_input(args.out, [*args.model, args.set, args.params])  # before the (slow) timing
     check_not_output_dir(args.out)

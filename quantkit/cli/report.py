@@ -31,12 +31,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
-    """``--model WORK_DIR`` (repeatable) and ``--work``, read by :func:`model_work_dirs` (report, measure)."""
-    p.add_argument("--model", type=Path, action="append", metavar="WORK_DIR",
-                   help="a model's work folder (repeat for several models), e.g. work/models/ppocr_det; "
-                        "default: WORK/<name> for every model under params 'models'")
+    """``--model NAME`` / ``--work-dir DIR`` (repeatable) and ``--work``, read by :func:`model_work_dirs` (report, measure)."""
+    p.add_argument("--model", action="append", metavar="NAME",
+                   help="a model under params 'models' (repeat for several): its work folder WORK/NAME; default: every model there")
+    p.add_argument("--work-dir", type=Path, action="append", metavar="DIR",
+                   help="a model's work folder itself, without params (repeatable), e.g. work/models/ppocr_det")
     p.add_argument("--work", type=Path, default=Path("work/models"),
-                   help="without --model: the folder holding each params model's work folder (default: work/models)")
+                   help="the folder holding each params model's work folder (default: work/models, the pipeline's layout)")
 
 
 def _is_report_metrics(path: Path) -> bool:
@@ -68,21 +69,31 @@ def check_out(out: Path, inputs: list[Any]) -> None:
     check_output_dir(out / "plots", None)
 
 
-def model_work_dirs(models: list[Path] | None, params: Path | None, work: Path) -> list[Path]:
-    """The work folders a command reads: ``models`` when given, else ``work/<name>`` for each model under the params
-    file's ``models`` (the main job's list, so a model added to or removed from params is in or out).
+def model_work_dirs(models: list[str] | None, params: Path | None, work: Path, work_dirs: list[Path] | None = None) -> list[Path]:
+    """The work folders a command reads: ``work_dirs`` when given; else ``work/<name>`` for each of ``models`` (names
+    under the params file's ``models``) or, without names, for every model there (the main job's list, so a model added
+    to or removed from params is in or out). ``--model`` is a model of params.yaml, as in every command.
 
     Raises:
-        ConfigError: neither given, or the params' ``models`` is missing or malformed.
+        ConfigError: nothing to read, both ``--model`` and ``--work-dir``, a name that is not under ``models`` (a path
+            given as a name says to use --work-dir), or the params' ``models`` missing or malformed.
     """
     from ..paramsfile import pipeline_models
     from ..errors import ConfigError
 
-    if models:
-        return list(models)
+    if work_dirs:
+        if models:
+            raise ConfigError("--model names a params model, --work-dir a work folder: pass one of them")
+        return list(work_dirs)
     if params is None:
-        raise ConfigError("name the models: --model WORK_DIR (repeatable), or --params params.yaml for every model under 'models'")
-    return [work / name for name in pipeline_models(params)]
+        raise ConfigError("name the models: --params params.yaml (every model under 'models', or --model NAME), "
+                          "or --work-dir WORK_DIR (repeatable)")
+    known = pipeline_models(params)
+    for name in models or ():
+        if name not in known:
+            hint = "; a work folder goes with --work-dir" if "/" in name else ""
+            raise ConfigError(f"{params}: --model {name}: not a model under 'models' (it has {', '.join(known)}){hint}")
+    return [work / name for name in (models or known)]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -91,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     from ..paramsfile import targets
     from ..report import ModelInputs, ReportConfig, make_report
 
-    args.model = model_work_dirs(args.model, args.params, args.work)
+    args.model = model_work_dirs(args.model, args.params, args.work, args.work_dir)
     check_out(args.out, [*args.model, args.site_sets, args.params])
     for w in args.model:
         if not w.is_dir():
