@@ -114,7 +114,7 @@ def user_repo(tmp_path, monkeypatch):
     for name in ("params.yaml", "dvc.yaml"):
         (tmp_path / name).write_bytes((ROOT / name).read_bytes())
     (tmp_path / "models").mkdir()
-    (tmp_path / "models/cls.onnx").write_bytes(user_model())
+    (tmp_path / "models/cls.onnx").write_bytes(user_model((64, 64)))
     for kind in ("calibration", "reference", "site"):
         for name, level in (("day", 200), ("night", 60)):
             make_set(tmp_path / "data/cls" / kind, name, kind, level)

@@ -30,18 +30,23 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 USER_MODEL = "tiny_cls"
 USER_FILE = f"models/{USER_MODEL}.onnx"
+SEG_MODEL = "red_seg"  # a second user model: another task, another input size, its own sets
+SEG_FILE = f"models/{SEG_MODEL}.onnx"
 DEMO_MODELS = ("ppocr_det", "ddddocr_det")
 
 
-def user_model() -> bytes:
-    """A user's own classifier, x [1,3,64,64] (RGB in [0, 1]) -> probs [1,3]: which colour channel dominates the
+USER_SIZE = (48, 192)  # a text-line classifier's input, unlike the demo detectors' and the segmentation model's
+
+
+def user_model(size: tuple[int, int] = USER_SIZE) -> bytes:
+    """A user's own classifier, x [1,3,H,W] (RGB in [0, 1]; 48x192 here) -> probs [1,3]: which colour channel dominates the
     image (Conv 1x1 -> Relu -> GlobalAveragePool -> Flatten -> Gemm -> Softmax), so FP32 fires on the demo images."""
     mix = (np.eye(3) * 1.2 - 0.1).astype(np.float32).reshape(3, 3, 1, 1)
     logits = (30.0 * (np.eye(3) * 1.5 - 0.5)).astype(np.float32)
     nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="mix"), helper.make_node("Relu", ["c1"], ["r1"], name="relu"),
              helper.make_node("GlobalAveragePool", ["r1"], ["g"], name="gap"), helper.make_node("Flatten", ["g"], ["f"], name="flat"),
              helper.make_node("Gemm", ["f", "w2", "b2"], ["z"], name="fc", transB=1), helper.make_node("Softmax", ["z"], ["probs"], name="softmax", axis=1)]
-    graph = helper.make_graph(nodes, "tiny_cls", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 64, 64])],
+    graph = helper.make_graph(nodes, "tiny_cls", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, *size])],
                               [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [1, 3])],
                               [numpy_helper.from_array(mix, "w1"), numpy_helper.from_array(logits, "w2"),
                                numpy_helper.from_array(np.zeros(3, np.float32), "b2")])
@@ -49,10 +54,6 @@ def user_model() -> bytes:
     model.ir_version = 8
     onnx.checker.check_model(model)
     return model.SerializeToString()
-
-
-USER_SETS = {"calibration": f"data/{USER_MODEL}/calibration", "reference": f"data/{USER_MODEL}/reference",
-             "site": f"data/{USER_MODEL}/site", "deployed": {"calibration": "day", "reference": "day"}}
 
 
 def user_sets(repo: Path) -> None:
@@ -78,13 +79,59 @@ def user_sets(repo: Path) -> None:
             (repo / f"labels-{kind}-{cond}.json").unlink()
 
 
-def user_entry() -> dict:
-    """What a user adds to params.yaml `models` for their own file (README "Your own model")."""
-    return {"source": "file", "file": USER_FILE, "sets": USER_SETS,
-            "intake": {"input_size": [64, 64], "preprocessing": {"input_name": "x", "color_order": "RGB", "layout": "NCHW",
-                                                                 "scale": 0.00392156862745098, "mean": [0.0, 0.0, 0.0],
-                                                                 "std": [1.0, 1.0, 1.0], "resize_policy": "stretch"}},
-            "task": {"adapter": "classifier", "options": {"cls_thresh": 0.5}}}
+def seg_model() -> bytes:
+    """A user's segmentation model, x [1,3,96,128] (RGB in [0, 1]) -> mask [1,1,96,128]: the probability that a pixel
+    is red (Conv 1x1 -> Sigmoid), so FP32 finds the red marks painted on the user's images."""
+    w = np.array([8.0, -4.0, -4.0], np.float32).reshape(1, 3, 1, 1)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["z"], name="redness"), helper.make_node("Sigmoid", ["z"], ["mask"], name="prob")]
+    graph = helper.make_graph(nodes, "red_seg", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 96, 128])],
+                              [helper.make_tensor_value_info("mask", TensorProto.FLOAT, [1, 1, 96, 128])],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array([-1.6], np.float32), "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], producer_name="a user")
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+def seg_sets(repo: Path) -> None:
+    """The segmentation model's own sets: grey scenes with 1-3 red marks (labelled as boxes), day and dusk."""
+    from PIL import Image
+
+    rng = np.random.default_rng(9)
+    for kind in ("calibration", "reference", "site"):
+        for cond, level in (("day", 170), ("dusk", 90)):
+            folder = repo / "data" / SEG_MODEL / kind / cond
+            (folder / "images").mkdir(parents=True)
+            labels = {}
+            for i in range(5):
+                img = np.clip(rng.normal(level, 12, (120, 160, 3)), 0, 255)
+                boxes = []
+                for _ in range(1 + i % 3):
+                    x0, y0 = int(rng.integers(5, 120)), int(rng.integers(5, 85))
+                    img[y0:y0 + 24, x0:x0 + 30] = (min(255, level + 80), level * 0.2, level * 0.2)
+                    boxes.append([x0, y0, x0 + 30, y0 + 24, 0])
+                Image.fromarray(img.astype(np.uint8)).save(folder / "images" / f"{i:02d}.png")
+                labels[f"images/{i:02d}.png"] = {"boxes": boxes}
+            (repo / "labels.json").write_text(json.dumps(labels))
+            r = _run(["quantkit", "calibset", "register", str(folder), "--name", cond, "--kind", kind, "--lighting", cond,
+                      "--camera", "line2", "--labels", str(repo / "labels.json")], repo)
+            assert r.returncode == 0, r.stderr
+            (repo / "labels.json").unlink()
+
+
+def models_add(repo: Path) -> None:
+    """The two user models declared as the README says: `quantkit models add ... --calibration-set ... --reference-set
+    ... --site-set ...`, each with its own sets."""
+    def own(model: str, conds: tuple[str, str]) -> list[str]:
+        return [a for kind, flag in (("calibration", "--calibration-set"), ("reference", "--reference-set"), ("site", "--site-set"))
+                for c in conds for a in (flag, f"data/{model}/{kind}/{c}")]
+
+    norm = ["--scale", "1/255", "--mean", "0", "--std", "1", "--resize-policy", "stretch", "--params", "params.yaml"]
+    for args in (["quantkit", "models", "add", USER_MODEL, USER_FILE, "--adapter", "classifier", "--option", "cls_thresh=0.5",
+                  *norm, *own(USER_MODEL, ("day", "night"))],
+                 ["quantkit", "models", "add", SEG_MODEL, SEG_FILE, "--adapter", "segmentation", *norm, *own(SEG_MODEL, ("day", "dusk"))]):
+        r = _run(args, repo)
+        assert r.returncode == 0, r.stdout + r.stderr
 
 
 def sha256(path: Path) -> str:
@@ -122,7 +169,6 @@ def reduced_params() -> dict:
     params["drift"].update(repeats=5, clip_images=2)
     params["thresholds"]["operating_point"].update(bootstrap_resamples=200)
     params["report"].update(examples_per_site=1)
-    params["models"][USER_MODEL] = user_entry()
     return params
 
 
@@ -134,8 +180,11 @@ def pipeline(tmp_path_factory) -> Path:
     shutil.copytree(ROOT / ".dvc", repo / ".dvc", ignore=shutil.ignore_patterns("tmp", "cache"))
     (repo / "params.yaml").write_text(yaml.safe_dump(reduced_params(), sort_keys=False))
     (repo / "models").mkdir()
-    (repo / USER_FILE).write_bytes(user_model())  # the user's own file, committed to git (or `dvc add`ed) by the user
+    (repo / USER_FILE).write_bytes(user_model())  # the user's own files, committed to git (or `dvc add`ed) by the user
+    (repo / SEG_FILE).write_bytes(seg_model())
     user_sets(repo)  # and the user's own image sets, likewise
+    seg_sets(repo)
+    models_add(repo)
     for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "-c", "user.email=ci@quantkit", "-c", "user.name=ci", "commit", "-qm", "init"]):
         assert _run(cmd, repo).returncode == 0
     result = _run(["dvc", "repro"], repo)
@@ -148,8 +197,9 @@ def test_users_model_runs_through_every_stage_and_its_file_is_untouched(pipeline
     assert _run(["git", "status", "--porcelain", USER_FILE], pipeline).stdout == ""
     lock = yaml.safe_load((pipeline / "dvc.lock").read_text())["stages"]
     per_model = {name.split("@")[0] for name in lock if "@" in name and not name.startswith(("demo_", "fleet"))}
-    ran_for_user = {name.split("@")[0] for name in lock if USER_MODEL in name}
-    assert ran_for_user == per_model, per_model - ran_for_user
+    for model in (USER_MODEL, SEG_MODEL):
+        ran_for_user = {name.split("@")[0] for name in lock if f"@{model}" in name}
+        assert ran_for_user == per_model, per_model - ran_for_user
     assert not any(USER_FILE in str(out) for stage in lock.values() for out in stage.get("outs", []))  # a dependency, never an output
     html = (pipeline / "reports" / "shift_report.html").read_text()
     assert f"Model {USER_MODEL}" in html and "classification" in html
@@ -158,10 +208,14 @@ def test_users_model_runs_through_every_stage_and_its_file_is_untouched(pipeline
     assert not {"cam1-day", "cam1-night", "cam2-day"} & set(metrics[USER_MODEL])  # judged only on its own site sets
     record = json.loads((pipeline / "work" / "models" / USER_MODEL / "quantize" / "deployed" / "record.json").read_text())
     assert record["calibration_set"]["path"] == f"data/{USER_MODEL}/calibration/day"  # calibrated on its own set
-    for stage, entry in lock.items():  # no stage of the user's model reads the demo's sets, none of the demo's reads the user's
+    seg = json.loads((pipeline / "work" / "models" / SEG_MODEL / "quantize" / "deployed" / "record.json").read_text())
+    assert seg["calibration_set"]["path"] == f"data/{SEG_MODEL}/calibration/day" and set(metrics[SEG_MODEL]) >= {"day", "dusk"}
+    assert "agreement.pixel_iou" in metrics[SEG_MODEL]["dusk"]["deployed"] and "cam1-day" not in metrics[SEG_MODEL]
+    for stage, entry in lock.items():  # each model's stages read its own sets only
         deps = {d["path"] for d in entry.get("deps", [])}
-        assert not (USER_MODEL in stage and deps & {"calibration_sets", "reference_sets", "site_sets"}), stage
-        assert not (USER_MODEL not in stage and any(d.startswith("data/") for d in deps)), stage
+        owner = next((m for m in (USER_MODEL, SEG_MODEL) if f"@{m}" in stage), None)
+        data = {d for d in deps if d.startswith(("data/", "calibration_sets", "reference_sets", "site_sets"))}
+        assert all(d.startswith(f"data/{owner}/") for d in data) if owner else not any(d.startswith("data/") for d in data), stage
     speed = json.loads((pipeline / "reports" / "machine" / USER_MODEL / "measurements.json").read_text())
     assert {r["variant"] for r in speed["latency"]} == {"fp32", "deployed", "candidate"}
 
@@ -171,7 +225,7 @@ def test_repro_writes_report_and_metrics_for_every_model(pipeline: Path):
     assert "<img" in html and "http://" not in html.split("<body", 1)[1].split("</body>")[0].replace("http://www.w3.org", "")
     assert "Model ppocr_det" in html and "Model ddddocr_det" in html and "object detection (boxes)" in html
     metrics = json.loads((pipeline / "reports" / "metrics.json").read_text())
-    assert set(metrics) == {*DEMO_MODELS, USER_MODEL}
+    assert set(metrics) == {*DEMO_MODELS, USER_MODEL, SEG_MODEL}
     assert set(metrics["ppocr_det"]) >= {"cam1-day", "cam1-night", "cam2-day"}
     assert "agreement.pixel_iou" in metrics["ppocr_det"]["cam1-day"]["deployed"]
     assert "agreement.box_f1" in metrics["ddddocr_det"]["cam1-day"]["deployed"]

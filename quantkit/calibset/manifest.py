@@ -169,11 +169,9 @@ class CalibrationSet:
                 in the manifest (a set is what its manifest lists: an added image is a new version); names the first one.
         """
         listed = {e.file for e in self.entries}
-        extra = [f for f in iter_image_files(self.root) if f.relative_to(self.root).as_posix() not in listed]
-        if extra:
+        if extra := [f for f in iter_image_files(self.root) if f.relative_to(self.root).as_posix() not in listed]:
             raise CalibrationSetError(f"{extra[0]}: in {self.root / IMAGES} but not registered in {self.root / MANIFEST} ({len(extra)} such "
-                                      f"image{'s' if len(extra) > 1 else ''}); register the changed set as a new version "
-                                      "(copy the folder, then 'quantkit calibset register') or remove it")
+                                      "image(s)); register the changed set as a new version (copy the folder, then 'quantkit calibset register') or remove it")
         for e, p in progress(list(zip(self.entries, self.paths())), desc=f"verify {self.name}"):
             try:
                 digest = sha256_file(p)
