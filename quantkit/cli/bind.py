@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from .flags import add_model_flag
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -26,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--reference", type=Path, help="reference set folder (images/ + manifest.json)")
     p.add_argument("--role", help="with --model: take the reference set from params models.MODEL.sets (deployed: its deployed set)")
     p.add_argument("--params", type=Path, help="params.yaml; options from its 'task' and 'thresholds' sections")
-    p.add_argument("--model", help="name under params 'models': its sections (task, thresholds, ...) are merged over the top-level ones")
+    add_model_flag(p, reads="with --role deployed: its deployed reference set")
     p.add_argument("--mode", choices=["keep_fp32", "fixed_far", "target_recall", "best_f1"], help="override thresholds.operating_point.mode")
     p.add_argument("--history", type=Path, help="append-only JSON Lines history (e.g. thresholds/history-ppocr_det-deployed.jsonl)")
     p.add_argument("--out", type=Path, required=True, help="threshold set JSON to write (atomically)")

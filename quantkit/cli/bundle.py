@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from .flags import add_model_flag
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -24,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--fp32", type=Path, required=True, help="intake folder with model.onnx and export_note.json (e.g. work/intake)")
     p.add_argument("--golden", type=Path, help="set folder (images/ + manifest.json) giving the golden images")
     p.add_argument("--role", help="with --model: the golden images from params models.MODEL.sets (deployed: its deployed reference set)")
-    p.add_argument("--model", help="name under params 'models': its bundle section is merged over the top-level one")
+    add_model_flag(p, reads="with --role deployed: its deployed reference set as the golden images")
     p.add_argument("--out", type=Path, required=True, help="output folder (replaced atomically; may hold only an earlier bundle)")
     p.add_argument("--params", type=Path, help="params.yaml; options from its 'bundle' section")
     p.add_argument("--golden-count", type=int, help="number of golden images (first K in manifest order; default 4)")

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .flags import add_model_flag
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -25,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--quantized", type=Path, help="quantized folder with record.json (e.g. work/quantize/deployed)")
     p.add_argument("--fp32", type=Path, help="intake folder with the FP32 model.onnx (e.g. work/intake)")
     p.add_argument("--params", type=Path, help="params.yaml; options from its 'drift' section")
-    p.add_argument("--model", help="name under params 'models': its drift section (models.MODEL.drift) is merged over the top-level one")
+    add_model_flag(p)
     p.add_argument("--no-clipping", action="store_true", help="skip the activation clipping check")
     p.add_argument("--out", type=Path, help="write the DriftResult JSON here (atomically)")
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")

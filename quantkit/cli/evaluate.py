@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .flags import add_model_flag
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -27,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--candidate", type=Path, help="candidate quantized folder (optional)")
     p.add_argument("--candidate-thresholds", type=Path, help="threshold set bound to the candidate record")
     p.add_argument("--params", type=Path, help="params.yaml; the task adapter and its FP32 thresholds from its 'task' section")
-    p.add_argument("--model", help="name under params 'models': its sections (task, thresholds, ...) are merged over the top-level ones")
+    add_model_flag(p)
     p.add_argument("--out", type=Path, required=True, help="output folder (e.g. work/eval/cam1-day), replaced whole on success")
     p.add_argument("--json", action="store_true", help="print summary.json instead of a table")
     p.set_defaults(func=run)

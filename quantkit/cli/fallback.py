@@ -9,6 +9,8 @@ import logging
 import sys
 from typing import Any
 
+from .flags import add_model_flag
+
 HELP = "precision fallback: promote the fewest nodes until agreement with FP32 reaches the target on every reference set"
 
 #: Flags that override one field of the params ``fallback`` section (no defaults here: they live in FallbackConfig).
@@ -38,7 +40,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--calibration-set", metavar="DIR", help="without --base: quantize on this set first; with recovery: the images it reads")
     p.add_argument("--deployed", metavar="DIR", help="deployed quantize output, timed beside the result")
     p.add_argument("--params", metavar="YAML", help="params file ('fallback', 'task' and the quantize section)")
-    p.add_argument("--model", help="name under params 'models': its sections (task, fallback, ...) override the top-level ones")
+    add_model_flag(p)
     p.add_argument("--section", default="fallback", help="params section of the fallback settings")
     p.add_argument("--quantize-section", default="quantize", help="params section of the quantization options (without --base)")
     p.add_argument("--engine", choices=["ort", "nncf"], help="override quantize.engine (without --base); nncf: NNCF's "

@@ -74,3 +74,13 @@ def add_config_flags(parser: argparse.ArgumentParser, cls: type[Config], fields:
 def flag_overrides(args: argparse.Namespace, fields: Sequence[str]) -> dict[str, Any]:
     """The flags among ``fields`` the user gave (value not None)."""
     return {f: getattr(args, f) for f in fields if getattr(args, f, None) is not None}
+
+
+MODEL_HELP = ("a model under params 'models': models.NAME.<section> merged key by key over the top-level section "
+              "(quantkit params show --model NAME)")
+
+
+def add_model_flag(parser: Any, *, reads: str = "", **kwargs: Any) -> None:
+    """``--model NAME``: the one meaning of ``--model`` in every command (a model of params.yaml's ``models``); ``reads``
+    names what the command takes from it (``"its site sets"``) in the help, ``kwargs`` go to ``add_argument``."""
+    parser.add_argument("--model", metavar="NAME", help=MODEL_HELP + (f"; {reads}" if reads else ""), **kwargs)

@@ -6,6 +6,8 @@ import argparse
 import json
 from typing import Any
 
+from .flags import add_model_flag
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
@@ -19,7 +21,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("model_file", metavar="MODEL", help="path to the source .onnx file")
     p.add_argument("--params", default="params.yaml", help="params file with an 'intake' section (default params.yaml); "
                    "its 'task' section, when present, is checked against the model's output shapes")
-    p.add_argument("--model", help="name under params 'models' whose sections (intake, task) override the top-level ones")
+    add_model_flag(p, reads="its sets are checked here, before any stage needs them")
     p.add_argument("--out", required=True, help="output folder (replaced whole on success, untouched on error)")
     p.add_argument("--accept-numeric-change", action="store_true", help="write the model even if the conversion changes outputs beyond atol")
     p.add_argument("--json", action="store_true", help="print intake.json's content instead of a summary")

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .flags import add_model_flag
+
 HELP = "quantize work/intake statically (calibrated on a set) or dynamically; writes model_int8.onnx + record.json"
 
 
@@ -20,7 +22,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--dynamic", action="store_true", help="dynamic quantization (ORT quantize_dynamic); no calibration set")
     p.add_argument("--params", metavar="YAML", help="params file with a 'quantize' section (default: built-in defaults)")
     p.add_argument("--section", default="quantize", help="params section to read (default: quantize)")
-    p.add_argument("--model", help="name under params 'models': its own section (models.MODEL.quantize) is merged over the top-level one")
+    add_model_flag(p, reads="with --role deployed: its deployed calibration set")
     p.add_argument("--method", choices=["minmax", "entropy", "percentile", "distribution"], help="override the calibration method")
     p.add_argument("--chunk-size", type=int, metavar="N", help="override calibration_chunk_size (images per chunk: progress and checkpoint unit)")
     p.add_argument("--max-images", type=int, metavar="N", help="calibrate on the first N images only")
