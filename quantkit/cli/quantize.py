@@ -56,10 +56,16 @@ def build_config(args: argparse.Namespace) -> Any:
                 raise UnsupportedOptionError(f"--{flag.replace('_', '-')} applies to static quantization only; drop it or drop --dynamic")
         return DynamicQuantConfig.from_dict(dynamic_section, where=f"{args.params or 'params'}: {where}.dynamic")
     engine = getattr(args, "engine", None)
+    placement = args.placement
+    if args.target is not None:  # the target's file: the engine's own, or ORT's placement on its ranges
+        from ..quantize.placement import target_engine
+
+        engine, placement = target_engine(engine or section.get("engine", "ort"), args.target, target_placement(args))
     overrides = {"method": args.method, "calibration_chunk_size": args.chunk_size, "max_images": args.max_images,
-                 "placement": args.placement if args.target is None else target_placement(args), "engine": engine}
-    if engine is not None and engine != "ort" and overrides["placement"] is None and "placement" not in section:
-        overrides["placement"] = engine  # the engine's own placement: --engine nncf alone is enough
+                 "placement": placement, "engine": engine}
+    chosen = engine or section.get("engine", "ort")
+    if chosen != "ort" and overrides["placement"] is None and "placement" not in section:
+        overrides["placement"] = chosen  # the engine's own placement: engine: nncf alone is enough
     section.update({k: v for k, v in overrides.items() if v is not None})
     return StaticQuantConfig.from_dict(section, where=f"{args.params or 'params'}: {where}")
 

@@ -72,7 +72,9 @@ def _exclude_unobserved(model: Any, unobserved: tuple[str, ...], excluded: list[
 
 def _static(model: Any, model_path: Path, note: ExportNote, config: StaticQuantConfig, calibration_set: Any,
             out: Path, checkpoint: Path | None, record: CalibrationRecord | None, replay_scales: bool = True,
-            levels_floor: float = outputs.DEFAULT_LEVELS_FLOOR) -> CalibrationRecord:
+            levels_floor: float = outputs.DEFAULT_LEVELS_FLOOR, fixed: dict[str, tuple[float, float]] | None = None) -> CalibrationRecord:
+    """``fixed``: ``{tensor: (min, max)}`` that replace the calibrated range of those tensors (another engine's ranges,
+    :func:`.reuse.quantize_with_ranges`); the other tensors keep the range calibrated on ``calibration_set``."""
     import onnx
 
     model_digest = sha256_file(model_path)
@@ -96,6 +98,10 @@ def _static(model: Any, model_path: Path, note: ExportNote, config: StaticQuantC
         overrides: dict[str, list[dict[str, Any]]] = {}
         if record is None:
             ranges, calib, channels, excluded = _calibrate(prep_path, prepared, cset, note, config, work, op_types, excluded, checkpoint, model_digest)
+            if fixed:
+                pairs = {k: (float(np.min(ranges[k].range_value[0])), float(np.max(ranges[k].range_value[1]))) for k in ranges.data}
+                ranges = adapter.ranges_from_pairs(config.method, {**pairs, **{k: v for k, v in fixed.items() if k in pairs}})
+                calib["fixed_ranges"] = sorted(k for k in fixed if k in pairs)
         else:
             ranges = adapter.ranges_from_pairs(config.method, _recorded_pairs(record))
             overrides = adapter.replay_overrides(record.tensors) if replay_scales else {}

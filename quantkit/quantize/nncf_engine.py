@@ -56,6 +56,7 @@ from ..errors import ModelError, QuantkitError, UnsupportedOptionError
 from ..extras import require
 from ..modelio import opset_of
 from ..note import ExportNote
+from ..progress import progress
 from ..versions import CORE
 from . import outputs
 from .config import StaticQuantConfig
@@ -131,11 +132,16 @@ class CalibrationItems:
     """The images of a set as NNCF data items, ``{input name: float32 [1, C, H, W]}``, read through the set's reader at
     each iteration (NNCF iterates several times: statistics, then bias correction). ``len()``: the images read."""
 
-    def __init__(self, reader: CalibrationSetReader, input_name: str) -> None:
-        self.reader, self.input_name = reader, input_name
+    def __init__(self, reader: CalibrationSetReader, input_name: str, desc: str = "nncf") -> None:
+        self.reader, self.input_name, self.desc = reader, input_name, desc
+        self.passes = 0
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        for _, x in self.reader.iter_batches():
+        """One pass over the images, reported by :func:`quantkit.progress.progress` (a count on a terminal, a line about
+        every 30 s in logs): NNCF's own bars go to stderr and say nothing in a log file."""
+        self.passes += 1
+        batches = self.reader.iter_batches()
+        for _, x in progress(batches, total=len(self.reader), desc=f"{self.desc}: pass {self.passes} over the calibration images"):
             yield {self.input_name: x}
 
     def __len__(self) -> int:
