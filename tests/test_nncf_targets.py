@@ -137,3 +137,23 @@ def test_nncf_passes_log_progress(env, tmp_path, caplog, monkeypatch):  # noqa: 
     with caplog.at_level(logging.INFO, logger="quantkit.progress"):
         quantize(env["intake"], StaticQuantConfig(**NNCF), out=tmp_path / "q", calibration_set=env["set"])
     assert any(r.getMessage().startswith("nncf: pass 1 over the calibration images") for r in caplog.records), caplog.text
+
+
+@needs_nncf
+@pytest.mark.parametrize("label", ["nncf", "ort"])
+def test_bind_bundle_verify_accept_both_target_files(env, quantized, tmp_path, label):  # noqa: F811
+    """NNCF's own file (OpenVINO's) and ORT's placement on NNCF's ranges (ONNX Runtime's) go through bind, bundle and
+    verify like an ORT record: no check refuses a record by its engine."""
+    from quantkit.bundle.build import build_bundle
+    from quantkit.bundle.verify import verify_bundle
+    from quantkit.tasks import make_adapter
+    from quantkit.thresholds import ThresholdsConfig, bind
+
+    cfg = StaticQuantConfig(**NNCF) if label == "nncf" else StaticQuantConfig()
+    q = tmp_path / "q"
+    rec = quantize_with_ranges(quantized["u8"], env["intake"], cfg, out=q)
+    bind(q, env["intake"], env["set"], make_adapter("db_text"), ThresholdsConfig(min_agreement=0.0), tmp_path / "t.json")
+    res = build_bundle(q, tmp_path / "t.json", env["intake"], env["set"], tmp_path / "dist")
+    report = verify_bundle(tmp_path / "dist")
+    assert res.record_fingerprint == rec.fingerprint
+    assert report.runs and not report.verdict.reasons, (report.verdict.answer, report.failures)
