@@ -160,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
 def findings(rec: Any) -> list[str]:
     """Lines describing what the written model computes at its outputs and what quantize changed or noticed
     (the record's ``calibration`` entries of :mod:`quantkit.quantize.outputs` and :mod:`quantkit.quantize.calibrate`)."""
-    from ..quantize.outputs import describe_change
+    from ..quantize.outputs import collapse_lines, describe_change
 
     cal = rec.calibration or {}
     lines = ["graph outputs:"] if cal.get("outputs") else []
@@ -177,11 +177,7 @@ def findings(rec: Any) -> list[str]:
         lines.append(f"kept its own range: graph output {name!r} feeds a Relu/Clip, whose range ONNX Runtime would have given it")
     for c in cal.get("range_changes", []):
         lines.append("range changed: " + describe_change(c))
-    for c in cal.get("collapsed_outputs", []):
-        lv = ", ".join(f"{ch}: {v:g}" for ch, v in list(zip(c["channels"], c["levels"]))[:6]) + (", ..." if len(c["channels"]) > 6 else "")
-        lines.append(f"COLLAPSED: output {c['tensor']!r} axis {c['axis']}: {len(c['channels'])} of {c['of_channels']} channels span fewer "
-                     f"than {c['floor']:g} quantization steps (channel: levels {lv}); split the tensor before the output or keep its "
-                     "producer in float (quantkit fallback)")
+    lines += collapse_lines(rec)
     if cal.get("variable_shape"):
         lines.append(f"variable shape (calibrated at whatever size arrived): {', '.join(cal['variable_shape'])}")
     if cal.get("unobserved"):
