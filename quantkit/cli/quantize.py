@@ -107,7 +107,7 @@ def _stamp(path: Path | None) -> tuple[int, int, int] | None:
 def run(args: argparse.Namespace) -> int:
     from ..errors import ConfigError
     from ..quantize import quantize, quantize_with_ranges
-    from ..quantize.engine import checkpoint_path
+    from ..quantize.engines import checkpoint_path
 
     from ._roles import role_path
 
@@ -159,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
 
 def findings(rec: Any) -> list[str]:
     """Lines describing what the written model computes at its outputs and what quantize changed or noticed
-    (the record's ``calibration`` entries of :mod:`quantkit.quantize.outputs` and :mod:`quantkit.quantize.calibrate`)."""
+    (the record's ``calibration`` entries of :mod:`quantkit.quantize.outputs` and :mod:`quantkit.quantize.calibration.calibrate`)."""
     from ..quantize.outputs import collapse_lines, describe_change
 
     cal = rec.calibration or {}

@@ -1,6 +1,6 @@
 """``quantize.engine: nncf``: NNCF's post-training quantization (``nncf.quantize`` on the ONNX model, NNCF's ONNX
 backend) as a second engine beside ONNX Runtime's, writing the same two files. The one module that imports ``nncf``
-(the optional ``nncf`` extra), as :mod:`.adapter` is the one that imports ``onnxruntime.quantization``.
+(the optional ``nncf`` extra), as :mod:`.ort_bridge` is the one that imports ``onnxruntime.quantization``.
 
 What NNCF is given (:func:`nncf_arguments` is the one translation of a :class:`StaticQuantConfig` into its arguments):
 
@@ -60,6 +60,7 @@ from ..progress import progress
 from ..versions import CORE
 from . import outputs
 from .config import StaticQuantConfig
+from .engines import Engine, StaticJob, register_engine
 from .fallback.graph import named_copy
 from .files import MODEL_FILE, constants_to_initializers, finish, load_set, make_record, set_ref
 from .scales import qdq_scales
@@ -275,5 +276,20 @@ def nncf_record(q: Any, prepared: Any, model_digest: str, qdigest: str, cs_info:
     return make_record(tensors, model_digest, qdigest, cs_info, config, opset_before, opset_of(q), "static", calib, PACKAGES)
 
 
-__all__ = ["CalibrationItems", "NncfArguments", "activations_to_uint8", "call_nncf", "nncf_arguments", "nncf_record", "prepare",
+class NncfEngine(Engine):
+    """``quantize.engine: nncf``: :func:`quantize_nncf` (NNCF reads the set itself: no checkpoint)."""
+
+    name = "nncf"
+
+    def check(self, config: Any, calibration_set: Any, checkpoint: Any) -> None:
+        if checkpoint is not None:
+            raise UnsupportedOptionError("--checkpoint: NNCF's engine keeps no calibration checkpoint; drop it or set engine: ort")
+
+    def write(self, job: StaticJob) -> CalibrationRecord:
+        return quantize_nncf(job.model, job.model_path, job.note, job.config, job.calibration_set, job.out)
+
+
+register_engine(NncfEngine())
+
+__all__ = ["CalibrationItems", "NncfEngine", "NncfArguments", "activations_to_uint8", "call_nncf", "nncf_arguments", "nncf_record", "prepare",
            "quantize_nncf", "require_nncf", "write_nncf_model"]

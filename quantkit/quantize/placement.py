@@ -27,7 +27,7 @@ faster), at equal or lower agreement. A likely cause (not verified in OpenVINO's
 residual Add keeps the CPU plugin from fusing the Add into the Conv as a sum post-op.
 
 A recipe is data (:class:`PlacementRecipe`); :func:`plan_placement` applies one to a model and returns the op types,
-the nodes to keep out and the op types whose outputs stay float, which :mod:`.adapter` hands to ORT as
+the nodes to keep out and the op types whose outputs stay float, which :mod:`.ort_bridge` hands to ORT as
 ``op_types_to_quantize``, ``nodes_to_exclude`` and ``OpTypesToExcludeOutputQuantization``. Every recipe shares the
 calibrated ranges of one calibration: calibration always covers the ``ort`` recipe's tensors (a superset).
 This module reads the ONNX graph only; it imports neither ONNX Runtime nor OpenVINO.

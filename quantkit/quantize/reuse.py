@@ -29,7 +29,7 @@ from ..errors import CalibrationSetError, ConfigError, ModelError
 from ..note import ExportNote
 from . import outputs
 from .config import StaticQuantConfig
-from .engine import MODEL_FILE, RECORD_FILE, _static, load_intake
+from .engine import MODEL_FILE, RECORD_FILE, RangeSource, load_intake, write_static
 
 #: Config fields that decide a calibration's ranges: a config that differs from a record's in one of them cannot use its ranges.
 CALIBRATION_FIELDS = ("method", "calibration_symmetric", "percentile", "num_bins", "num_quantized_bins", "distribution_scenario",
@@ -75,7 +75,7 @@ def replay(record: CalibrationRecord | str | Path, intake: str | Path, *, out: s
     out = Path(out)
     record_file = None if isinstance(record, CalibrationRecord) else record
     with atomic_output_dir(out, command="record replay", inputs=[intake, model_path, record_file]) as tmp:
-        new = _static(model, model_path, note, config, None, tmp, None, rec)
+        new = write_static(model, model_path, note, config, RangeSource(record=rec), tmp)
         new.save(tmp / RECORD_FILE)
     return new
 
@@ -113,8 +113,8 @@ def quantize_with_ranges(record: CalibrationRecord | str | Path, intake: str | P
     if theirs.engine != "ort":
         fixed, cset = engine_ranges(rec), recorded_set(rec)
     with atomic_output_dir(Path(out), command="quantize", inputs=inputs) as tmp:
-        new = _static(model, model_path, note, config, cset, tmp, None, rec if fixed is None else None, replay_scales=False,
-                      levels_floor=levels_floor, fixed=fixed)
+        source = RangeSource(cset, record=rec if fixed is None else None, replay_scales=False, fixed=fixed)
+        new = write_static(model, model_path, note, config, source, tmp, levels_floor=levels_floor)
         if fixed is not None:
             new = dataclasses.replace(new, calibration={**(new.calibration or {}), "ranges_from": rec.fingerprint,
                                                         "ranges_engine": theirs.engine})

@@ -36,7 +36,7 @@ LATENCY_IMAGES = 4
 def _base(intake: Path, model: Any, model_path: Path, note: Any, digest: str, work: Path, base: str | Path | None,
           quantize_config: StaticQuantConfig | None, calibration_set: Any) -> tuple[Path, CalibrationRecord, StaticQuantConfig]:
     """The 8-bit model the search starts from: ``base`` (a quantize output folder) or a fresh quantization."""
-    from ..engine import MODEL_FILE, _static
+    from ..engine import MODEL_FILE, RangeSource, write_static
 
     if base is not None:
         if quantize_config is not None:
@@ -58,7 +58,7 @@ def _base(intake: Path, model: Any, model_path: Path, note: Any, digest: str, wo
         raise ConfigError("fallback: give a quantized base folder (--base) or a calibration set to quantize on")
     d = work / "base"
     d.mkdir()
-    rec = _static(model, model_path, note, quantize_config, calibration_set, d, None, None)
+    rec = write_static(model, model_path, note, quantize_config, RangeSource(calibration_set), d)
     return d / MODEL_FILE, rec, quantize_config
 
 
