@@ -156,7 +156,8 @@ class StaticQuantConfig(_Common):
             preset, zero point 0), ``activation_type`` (``uint8``: NNCF's int8 per-tensor activation pairs rewritten as
             uint8 on the same grid, zero point + 128, which OpenVINO computes correctly after a Concat; ``int8``: NNCF's
             own types, int8 for tensors with negative values), ``max_images`` (its ``subset_size``; default every image
-            of the set) and the three exclusion lists (its ``IgnoredScope``); it needs ``placement: nncf``,
+            of the set) and the three exclusion lists (its ``IgnoredScope``); it needs ``placement: nncf`` (what
+            ``quantkit quantize`` sets when the section names no placement),
             ``per_channel: true``, ``weight_type: int8`` and symmetric weights, and estimates ranges itself (per-tensor
             activations: mean over images of each image's min and max), so every other field must keep its default
             (:func:`check_engine`).
