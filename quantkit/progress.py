@@ -152,7 +152,7 @@ class Ticker(LogProgress):
             elapsed = self.clock() - self.start
             self.logger.info("%s: done, %d %s in %s", self.desc, self.n, self.unit, _duration(elapsed))
 
-    def __enter__(self) -> "Ticker":
+    def __enter__(self) -> Ticker:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -11,12 +11,12 @@ import numpy as np
 import onnx
 import pytest
 import yaml
+from test_nncf_engine import NNCF, env, needs_nncf, quantized  # noqa: F401  (module fixtures)
 
 from quantkit.artifacts import CalibrationRecord
 from quantkit.errors import ConfigError
 from quantkit.quantize import StaticQuantConfig, quantize_with_ranges
 from quantkit.quantize.placement import target_engine
-from test_nncf_engine import NNCF, env, needs_nncf, quantized  # noqa: F401  (module fixtures)
 
 TARGETS = {"onnxruntime": {"placement": "ort"}, "openvino": {"placement": "openvino"}}
 
@@ -94,7 +94,7 @@ def test_place_stage_command_with_model_quantize_engine_nncf(env, quantized, run
     """The dvc.yaml place command, models.m.quantize: {engine: nncf}: both targets written, no message."""
     params = _params(tmp_path, {}, {"engine": "nncf"})
     for runtime in TARGETS:
-        code, out, err = run_cli(["quantize", env["intake"], "--ranges-from", quantized["u8"], "--params", params, "--model", "m",
+        code, _, err = run_cli(["quantize", env["intake"], "--ranges-from", quantized["u8"], "--params", params, "--model", "m",
                                   "--target", runtime, "--out", tmp_path / runtime, "--json"])
         assert code == 0, err
     assert CalibrationRecord.load(tmp_path / "openvino").config["engine"] == "nncf"

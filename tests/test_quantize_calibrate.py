@@ -17,10 +17,10 @@ from quantkit.calibset import CalibrationSet, CalibrationSetReader
 from quantkit.errors import CalibrationSetError
 from quantkit.note import ExportNote
 from quantkit.quantize import StaticQuantConfig, ort_bridge
-from quantkit.quantize.ort_bridge import quiet_ort
 from quantkit.quantize.calibration.calibrate import collect_ranges
 from quantkit.quantize.calibration.checkpoint import CheckpointKey
 from quantkit.quantize.engine import constants_to_initializers
+from quantkit.quantize.ort_bridge import quiet_ort
 
 SIZE = 64
 
@@ -280,8 +280,9 @@ def test_variable_shaped_tensors_equal_ort_on_all_values(tmp_path, cfg):
     formulas) given every value the tensor held, bit for bit (percentile: within its stated tolerance)."""
     import onnxruntime as ort
     from onnxruntime.quantization.calibrate import HistogramCollector
-    from models import variable_shape_model
     from test_quantize_fixtures import write_model_intake
+
+    from models import variable_shape_model
 
     intake = write_model_intake(variable_shape_model(16), tmp_path / "intake", 16)
     cset = CalibrationSet.load(make_set(tmp_path / "set", 5, size=32))
@@ -582,7 +583,13 @@ def test_extrema_model_reduces_each_tensor_right_after_it_is_written(env, tmp_pa
     """Each tensor's ``ReduceMin`` / ``ReduceMax`` / ``Shape`` follow the node that writes it (not the end of the graph,
     where ORT's default order ran them and kept every reduced tensor alive until then), and the session runs them in
     ``priority_based`` order; the model is otherwise the tap model, so the extremes are the tensors' own."""
-    from quantkit.quantize.calibration.tap import MAX_SUFFIX, MIN_SUFFIX, SHAPE_SUFFIX, ExtremaSession, write_extrema_model
+    from quantkit.quantize.calibration.tap import (
+        MAX_SUFFIX,
+        MIN_SUFFIX,
+        SHAPE_SUFFIX,
+        ExtremaSession,
+        write_extrema_model,
+    )
 
     _, prepared, _, _ = env
     plan = ort_bridge.calibration_plan(prepared, StaticQuantConfig(), ort_bridge.default_op_types("qdq"), tmp_path)

@@ -11,7 +11,12 @@ from onnx import TensorProto, helper, numpy_helper
 from test_quantize_fixtures import _write_intake, make_set
 
 from quantkit.quantize import StaticQuantConfig, quantize
-from quantkit.quantize.placement import ORT, ORT_FLOAT_DECODE, decode_tail, plan_placement
+from quantkit.quantize.placement import (
+    ORT,
+    ORT_FLOAT_DECODE,
+    decode_tail,
+    plan_placement,
+)
 from quantkit.runtimes import make_runtime
 
 SIZE = 16

@@ -13,9 +13,9 @@ import pytest
 from onnx import numpy_helper
 from test_quantize_fixtures import make_intake, make_set, make_tiny_intake
 
+from quantkit.artifacts import CalibrationRecord, scale_diff
 from quantkit.cli.main import main
 from quantkit.errors import ModelError, UnsupportedOptionError
-from quantkit.artifacts import CalibrationRecord, scale_diff
 from quantkit.quantize import DynamicQuantConfig, StaticQuantConfig, quantize, replay
 
 SIZE = 64

@@ -6,12 +6,12 @@ from __future__ import annotations
 import logging
 
 import pytest
+from test_nncf_engine import concat_map_model
+from test_quantize_fixtures import make_set, write_model_intake
 
 from quantkit.errors import UnsupportedOptionError
 from quantkit.quantize import DynamicQuantConfig, StaticQuantConfig, quantize
 from quantkit.quantize.engines import ENGINES, Engine, engine_for, engine_key
-from test_quantize_fixtures import make_set, write_model_intake
-from test_nncf_engine import concat_map_model
 
 
 def test_each_config_finds_its_engine():

@@ -108,7 +108,6 @@ def run(args: argparse.Namespace) -> int:
     from ..errors import ConfigError
     from ..quantize import quantize, quantize_with_ranges
     from ..quantize.engines import checkpoint_path
-
     from ._roles import role_path
 
     if args.ranges_from is None:

@@ -24,16 +24,21 @@ from __future__ import annotations
 import dataclasses
 import logging
 import tempfile
-from pathlib import Path
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from .._io import sha256_bytes, sha256_file
 from ..artifacts.record import CalibrationRecord
 from ..calibset import CalibrationSetReader
-from ..errors import ModelError, QuantkitError, TargetSupportError, UnsupportedOptionError
+from ..errors import (
+    ModelError,
+    QuantkitError,
+    TargetSupportError,
+    UnsupportedOptionError,
+)
 from ..modelio import opset_of
 from ..note import ExportNote
 from . import ort_bridge, outputs
@@ -41,11 +46,16 @@ from .calibration.calibrate import CalibrationRun, collect_ranges
 from .calibration.checkpoint import CheckpointKey
 from .config import DynamicQuantConfig, StaticQuantConfig
 from .engines import Engine, StaticJob, register_engine
-from .files import MODEL_FILE, RECORD_FILE, constants_to_initializers, load_intake
+from .files import (
+    MODEL_FILE,
+    RECORD_FILE,
+    constants_to_initializers,
+    load_intake,
+    set_ref,
+)
 from .files import finish as _finish
 from .files import load_set as _load_set
 from .files import make_record as _record
-from .files import set_ref
 from .placement import placement_recipe, plan_placement
 from .scales import extract_scales
 

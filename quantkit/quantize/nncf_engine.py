@@ -62,7 +62,14 @@ from . import outputs
 from .config import StaticQuantConfig
 from .engines import Engine, StaticJob, register_engine
 from .fallback.graph import named_copy
-from .files import MODEL_FILE, constants_to_initializers, finish, load_set, make_record, set_ref
+from .files import (
+    MODEL_FILE,
+    constants_to_initializers,
+    finish,
+    load_set,
+    make_record,
+    set_ref,
+)
 from .scales import qdq_scales
 
 log = logging.getLogger(__name__)

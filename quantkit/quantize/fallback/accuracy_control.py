@@ -45,7 +45,15 @@ from ...progress import Ticker
 from ...runner import OrtRunner
 from ..config import StaticQuantConfig
 from ..files import MODEL_FILE, RECORD_FILE, load_intake, load_set, set_ref
-from ..nncf_engine import CalibrationItems, call_nncf, nncf_arguments, nncf_record, prepare, require_nncf, write_nncf_model
+from ..nncf_engine import (
+    CalibrationItems,
+    call_nncf,
+    nncf_arguments,
+    nncf_record,
+    prepare,
+    require_nncf,
+    write_nncf_model,
+)
 from .candidates import ReferenceData, Scorer, load_references
 from .config import FallbackConfig
 from .graph import islands, transitions

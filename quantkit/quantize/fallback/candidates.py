@@ -20,13 +20,13 @@ from typing import Any
 
 import numpy as np
 
+from ...artifacts.fallback import Round
 from ...artifacts.record import CalibrationRecord, SetRef
 from ...errors import ConfigError
 from ...runner import OrtRunner
 from ..config import StaticQuantConfig, TensorOverride
 from .graph import nodes_of_tensors, promote_tensors, transitions
 from .metric import Metric, Outputs
-from ...artifacts.fallback import Round
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class ReferenceData:
     def images(self) -> int:
         return sum(len(f) for f in self.feeds)
 
-    def subset(self, keep: Sequence[Sequence[int]]) -> "ReferenceData":
+    def subset(self, keep: Sequence[Sequence[int]]) -> ReferenceData:
         """The same sets with only images ``keep[s]`` (indices into set ``s``, in that order)."""
         def pick(rows: list[list[Any]]) -> list[list[Any]]:
             return [[row[i] for i in idx] for row, idx in zip(rows, keep)] if rows else []
