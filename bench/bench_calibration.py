@@ -154,7 +154,7 @@ def _worker(a: argparse.Namespace) -> None:
 
     from quantkit.calibset import CalibrationSet, CalibrationSetReader
     from quantkit.note import ExportNote
-    from quantkit.quantize import StaticQuantConfig, adapter, quantize
+    from quantkit.quantize import StaticQuantConfig, ort_bridge, quantize
 
     logging.disable(logging.WARNING)
     cset = CalibrationSet.load(a.set)
@@ -190,9 +190,9 @@ def _worker(a: argparse.Namespace) -> None:
         onnx.save(m, str(out / "prepared.onnx"))
         reader = CalibrationSetReader(cset, pre)
         reader.set_range(0, a.n)
-        ops, excl = adapter.resolve_exclusions(cfg, m, "qdq")
+        ops, excl = ort_bridge.resolve_exclusions(cfg, m, "qdq")
         with contextlib.redirect_stdout(io.StringIO()):
-            quantize_static(str(out / "prepared.onnx"), str(out / "model_int8.onnx"), reader, **adapter.static_kwargs(cfg, ops, excl),
+            quantize_static(str(out / "prepared.onnx"), str(out / "model_int8.onnx"), reader, **ort_bridge.static_kwargs(cfg, ops, excl),
                             calibration_providers=None)
         model = out / "model_int8.onnx"
     seconds = time.perf_counter() - t0

@@ -55,7 +55,7 @@ def build_variants(intake: Path, base: Path, work: Path) -> dict[str, Path]:
     """Quantize the variants from ``base``'s ranges (quantkit's engine; the folded model through recovery)."""
     from quantkit.artifacts import CalibrationRecord
     from quantkit.quantize import StaticQuantConfig
-    from quantkit.quantize.engine import MODEL_FILE, _static, load_intake
+    from quantkit.quantize.engine import MODEL_FILE, RangeSource, load_intake, write_static
     from quantkit.quantize.recovery.apply import apply_recovery
     from quantkit.quantize.recovery.config import RecoveryConfig
 
@@ -74,7 +74,7 @@ def build_variants(intake: Path, base: Path, work: Path) -> dict[str, Path]:
     for label, change in recipes.items():
         d = work / label
         d.mkdir()
-        _static(folded.model, model_path, note, cfg.replace(**change), None, d, None, folded.record, replay_scales=False)
+        write_static(folded.model, model_path, note, cfg.replace(**change), RangeSource(record=folded.record, replay_scales=False), d)
         out[label] = d / MODEL_FILE
     return out
 

@@ -3,7 +3,7 @@ interleaved on the same images, then each broken down by ONNX Runtime's own prof
 
 For the PP-OCR detector (prepared as ``bench_calibration.py`` prepares it, ``--size``, constants made
 initializers as ``quantize`` does) and the demo's calibration set, it sets up the session each method reads
-with after its first images, exactly as the calibration does (:class:`quantkit.quantize.reading.TensorReader`,
+with after its first images, exactly as the calibration does (:class:`quantkit.quantize.calibration.reading.TensorReader`,
 ``--warm`` images read first): MinMax's extrema model once the derived ranges are known, Percentile's tails
 model once the cut-offs are set. Then, per ``--graph`` (``exact``: ORT level ``disable``, as ORT's calibrators;
 ``optimized``: level ``all``):
@@ -54,13 +54,13 @@ def _reader(model: Path, method: str, graph: str, work: Path, warm: list[dict[st
     """The calibration's reader for ``method`` after the ``warm`` images (its session as the calibration runs it)."""
     import onnx
 
-    from quantkit.quantize import StaticQuantConfig, adapter
-    from quantkit.quantize.calibrate import CALIBRATION_LEVELS, make_state
-    from quantkit.quantize.derive import derivations
-    from quantkit.quantize.reading import TensorReader
+    from quantkit.quantize import StaticQuantConfig, ort_bridge
+    from quantkit.quantize.calibration.calibrate import CALIBRATION_LEVELS, make_state
+    from quantkit.quantize.calibration.derive import derivations
+    from quantkit.quantize.calibration.reading import TensorReader
 
     cfg = StaticQuantConfig(method=method, per_channel=True, calibration_graph=graph)
-    plan = adapter.calibration_plan(model, cfg, adapter.default_op_types("qdq"), work)
+    plan = ort_bridge.calibration_plan(model, cfg, ort_bridge.default_op_types("qdq"), work)
     derivs = derivations(onnx.load(str(plan.tap_model), load_external_data=False), plan.tensors) if method == "minmax" else None
     state = make_state(plan.params, list(plan.tensors), derivs)
     reader = TensorReader(plan.tap_model, state.pass_names(1), state, None, None, CALIBRATION_LEVELS[graph], plan.graph_outputs)
@@ -128,7 +128,7 @@ def main() -> None:
     import onnx
     import onnxruntime as ort
 
-    from quantkit.quantize.calibrate import CALIBRATION_LEVELS
+    from quantkit.quantize.calibration.calibrate import CALIBRATION_LEVELS
     from quantkit.quantize.engine import constants_to_initializers
 
     with tempfile.TemporaryDirectory(prefix="quantkit-profile-") as tmp_s:

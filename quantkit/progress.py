@@ -59,15 +59,15 @@ class LogProgress:
     """
 
     def __init__(self, iterable: Iterable[T], *, total: int | None = None, desc: str = "", unit: str = "img",
-                 clock: Callable[[], float] = time.monotonic, interval: float = INTERVAL_S, quiet: float = QUIET_S,
+                 clock: Callable[[], float] = time.monotonic, interval: float | None = None, quiet: float | None = None,
                  logger: logging.Logger = log) -> None:
         self.iterable = iterable
         self.total = total
         self.desc = desc or "working"
         self.unit = unit
         self.clock = clock
-        self.interval = interval
-        self.quiet = quiet
+        self.interval = INTERVAL_S if interval is None else interval  # read at call time (tests shorten them)
+        self.quiet = QUIET_S if quiet is None else quiet
         self.logger = logger
         self.n = 0
 
@@ -118,3 +118,42 @@ def progress(iterable: Iterable[T], *, total: int | None = None, desc: str = "",
         yield from tqdm(iterable, total=total, desc=desc, unit=unit, leave=False, dynamic_ncols=True)
     else:
         yield from LogProgress(iterable, total=total, desc=desc, unit=unit)
+
+
+class Ticker(LogProgress):
+    """Progress of work that is not one loop of ours (e.g. the calls another library makes to a callback): ``update(n)``
+    as each item completes, ``close()`` at the end; the same lines as :class:`LogProgress` off a terminal (start after
+    :data:`QUIET_S`, one about every :data:`INTERVAL_S`, an end line), a tqdm count on a terminal. A context manager."""
+
+    def __init__(self, *, total: int | None = None, desc: str = "", unit: str = "img",
+                 clock: Callable[[], float] = time.monotonic, logger: logging.Logger = log) -> None:
+        super().__init__((), total=total, desc=desc, unit=unit, clock=clock, logger=logger)
+        self.bar = tqdm(total=total, desc=desc, unit=unit, leave=False, dynamic_ncols=True) if _stderr_is_tty() else None
+        self.start = self.last = clock()
+        self.started = False
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        if self.bar is not None:
+            self.bar.update(n)
+            return
+        now = self.clock()
+        if not self.started and now - self.start >= self.quiet:
+            self.started, self.last = True, now
+            self.logger.info("%s: started; %s", self.desc, self._status(now - self.start))
+        elif self.started and now - self.last >= self.interval:
+            self.last = now
+            self.logger.info("%s: %s", self.desc, self._status(now - self.start))
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        elif self.started:
+            elapsed = self.clock() - self.start
+            self.logger.info("%s: done, %d %s in %s", self.desc, self.n, self.unit, _duration(elapsed))
+
+    def __enter__(self) -> Ticker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

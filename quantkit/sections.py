@@ -47,7 +47,9 @@ NOT_CONFIG = {
     "targets": "``{runtime: {placement: NAME}}``: the target runtimes of each model's deployed INT8 (dvc.yaml ``place`` .. "
                "``verify``): one file per runtime from the deployed record's ranges with that runtime's Q/DQ placement "
                "(`quantkit quantize --ranges-from RECORD --target RUNTIME`), bound, bundled to ``dist/<model>/<runtime>/`` "
-               "and verified on that runtime; placements in :mod:`quantkit.quantize.placement`",
+               "and verified on that runtime; placements in :mod:`quantkit.quantize.placement`. With ``quantize.engine: nncf`` "
+               "(or ``models.<name>.quantize.engine``) ``nncf`` and ``openvino`` give NNCF's own file and any ORT recipe (``ort``, "
+               "``ort-float-decode``) ORT's placement on NNCF's ranges (:func:`quantkit.quantize.placement.target_engine`)",
 }
 """Top-level ``params.yaml`` keys that are not a config section (listed in the reference as they are)."""
 

@@ -16,11 +16,11 @@ from test_quantize_fixtures import make_intake, make_set
 from quantkit.calibset import CalibrationSet, CalibrationSetReader
 from quantkit.errors import CalibrationSetError
 from quantkit.note import ExportNote
-from quantkit.quantize import StaticQuantConfig, adapter
-from quantkit.quantize.adapter import quiet_ort
-from quantkit.quantize.calibrate import collect_ranges
-from quantkit.quantize.checkpoint import CheckpointKey
+from quantkit.quantize import StaticQuantConfig, ort_bridge
+from quantkit.quantize.calibration.calibrate import collect_ranges
+from quantkit.quantize.calibration.checkpoint import CheckpointKey
 from quantkit.quantize.engine import constants_to_initializers
+from quantkit.quantize.ort_bridge import quiet_ort
 
 SIZE = 64
 
@@ -41,9 +41,9 @@ def _ort_one_call(model: Path, reader, cfg: StaticQuantConfig, tmp: Path, op_typ
     from onnxruntime.quantization.calibrate import create_calibrator
 
     with quiet_ort():
-        cal = create_calibrator(model, op_types or adapter.default_op_types("qdq"), augmented_model_path=str(tmp / "aug.onnx"),
-                                calibrate_method=getattr(CalibrationMethod, adapter.METHODS[cfg.method]),
-                                extra_options=adapter.calibrator_options(cfg))
+        cal = create_calibrator(model, op_types or ort_bridge.default_op_types("qdq"), augmented_model_path=str(tmp / "aug.onnx"),
+                                calibrate_method=getattr(CalibrationMethod, ort_bridge.METHODS[cfg.method]),
+                                extra_options=ort_bridge.calibrator_options(cfg))
         cal.collect_data(reader)
         return cal.compute_data()
 
@@ -56,7 +56,7 @@ EXACT = [StaticQuantConfig(), StaticQuantConfig(moving_average=True, averaging_c
 def test_chunked_ranges_equal_ort_one_call_bit_for_bit(env, cfg, tmp_path):
     root, model, cset, pre = env
     ref = _ort_one_call(model, CalibrationSetReader(cset, pre), cfg, tmp_path)
-    run = collect_ranges(model, CalibrationSetReader(cset, pre), cfg, workdir=tmp_path, op_types=adapter.default_op_types("qdq"))
+    run = collect_ranges(model, CalibrationSetReader(cset, pre), cfg, workdir=tmp_path, op_types=ort_bridge.default_op_types("qdq"))
     assert run.images == 8 and run.chunks >= 8 // cfg.calibration_chunk_size
     assert set(run.tensors.data) == set(ref.data) and len(ref.data) > 300
     for name in ref.data:
@@ -74,7 +74,7 @@ def test_percentile_within_stated_tolerance(env, cfg, tmp_path):
     root, model, cset, pre = env
     ref = _ort_one_call(model, CalibrationSetReader(cset, pre), cfg, tmp_path)
     mm = _ort_one_call(model, CalibrationSetReader(cset, pre), StaticQuantConfig(), tmp_path)
-    run = collect_ranges(model, CalibrationSetReader(cset, pre), cfg, workdir=tmp_path, op_types=adapter.default_op_types("qdq"))
+    run = collect_ranges(model, CalibrationSetReader(cset, pre), cfg, workdir=tmp_path, op_types=ort_bridge.default_op_types("qdq"))
     assert set(run.tensors.data) == set(ref.data)
     nb = cfg.num_bins or 2048
     bound = 1.5 if cfg.calibration_symmetric is None else 2.5
@@ -97,7 +97,7 @@ def test_parallel_fold_equals_one_thread(env, tmp_path, method, monkeypatch):
     for threads in ("1", "3"):
         monkeypatch.setenv("QUANTKIT_CALIB_THREADS", threads)
         (tmp_path / threads).mkdir()
-        run = collect_ranges(model, CalibrationSetReader(cset, pre), cfg, workdir=tmp_path / threads, op_types=adapter.default_op_types("qdq"))
+        run = collect_ranges(model, CalibrationSetReader(cset, pre), cfg, workdir=tmp_path / threads, op_types=ort_bridge.default_op_types("qdq"))
         got[threads] = {k: np.asarray(v.range_value) for k, v in run.tensors.data.items()}
     assert got["1"].keys() == got["3"].keys() and len(got["1"]) > 300
     assert all(np.array_equal(got["1"][k], got["3"][k]) for k in got["1"])
@@ -105,7 +105,7 @@ def test_parallel_fold_equals_one_thread(env, tmp_path, method, monkeypatch):
 
 def test_calib_threads_env_is_validated(monkeypatch):
     from quantkit.errors import ConfigError
-    from quantkit.quantize.calibrate import fold_threads
+    from quantkit.quantize.calibration.calibrate import fold_threads
 
     monkeypatch.setenv("QUANTKIT_CALIB_THREADS", "two")
     with pytest.raises(ConfigError, match="QUANTKIT_CALIB_THREADS='two': expected a whole number"):
@@ -123,7 +123,7 @@ def test_ort_merge_per_call_would_differ(env, tmp_path):
     cfg = StaticQuantConfig(method="percentile")
     ref = _ort_one_call(model, CalibrationSetReader(cset, pre), cfg, tmp_path)
     with quiet_ort():
-        cal = create_calibrator(model, adapter.default_op_types("qdq"), augmented_model_path=str(tmp_path / "a2.onnx"),
+        cal = create_calibrator(model, ort_bridge.default_op_types("qdq"), augmented_model_path=str(tmp_path / "a2.onnx"),
                                 calibrate_method=CalibrationMethod.Percentile)
         r = CalibrationSetReader(cset, pre)
         for i in range(len(r)):
@@ -151,7 +151,7 @@ class _Interrupting(CalibrationSetReader):
 
 @pytest.mark.parametrize("method", ["minmax", "percentile", "distribution"])
 def test_interrupted_calibration_resumes_from_checkpoint(env, tmp_path, method, monkeypatch, caplog):
-    from quantkit.quantize import calibrate
+    from quantkit.quantize.calibration import calibrate
 
     monkeypatch.setattr(calibrate, "CHECKPOINT_INTERVAL_S", 0.0)  # save after every chunk
     root, model, cset, pre = env
@@ -175,7 +175,7 @@ def test_interrupted_calibration_resumes_from_checkpoint(env, tmp_path, method, 
     import dataclasses
 
     other = _Interrupting(cset, pre)
-    with caplog.at_level("WARNING", logger="quantkit.quantize.checkpoint"):
+    with caplog.at_level("WARNING", logger="quantkit.quantize.calibration.checkpoint"):
         collect_ranges(model, other, cfg, workdir=tmp_path, checkpoint=ckpt, key=dataclasses.replace(key, onnxruntime="0.0"))
     assert len(other.seen) == 8 * passes
     assert "made for another run (onnxruntime" in caplog.text
@@ -210,7 +210,7 @@ def test_fine_histogram_growing_range_within_tolerance(absolute):
     """Batches whose range grows (the fine grid widens by powers of two) and with NaNs and all-zero batches."""
     from onnxruntime.quantization.calibrate import HistogramCollector
 
-    from quantkit.quantize.fine_histogram import FineHistogramState
+    from quantkit.quantize.calibration.fine_histogram import FineHistogramState
 
     rng = np.random.default_rng(0)
     batches = [np.zeros(1000, np.float32)] + [(rng.standard_normal(20000) * s + o).astype(np.float32) for s, o in [(0.1, 0), (1, 0.5), (0.5, -1), (7, 0), (2, 3)]]
@@ -240,8 +240,8 @@ def test_fine_histogram_flags_tails_that_outgrew_the_first_batch():
     the repaired histogram gives ORT's one-call thresholds bit for bit."""
     from onnxruntime.quantization.calibrate import HistogramCollector
 
-    from quantkit.quantize.fine_histogram import FineHistogramState
-    from quantkit.quantize.histogram import HistogramState
+    from quantkit.quantize.calibration.fine_histogram import FineHistogramState
+    from quantkit.quantize.calibration.histogram import HistogramState
 
     rng = np.random.default_rng(1)
     batches = [rng.uniform(-1, 1, 10000).astype(np.float32)] + [rng.uniform(0.5, 0.9, 4_000_000).astype(np.float32) for _ in range(3)]
@@ -280,8 +280,9 @@ def test_variable_shaped_tensors_equal_ort_on_all_values(tmp_path, cfg):
     formulas) given every value the tensor held, bit for bit (percentile: within its stated tolerance)."""
     import onnxruntime as ort
     from onnxruntime.quantization.calibrate import HistogramCollector
-    from models import variable_shape_model
     from test_quantize_fixtures import write_model_intake
+
+    from models import variable_shape_model
 
     intake = write_model_intake(variable_shape_model(16), tmp_path / "intake", 16)
     cset = CalibrationSet.load(make_set(tmp_path / "set", 5, size=32))
@@ -300,7 +301,7 @@ def test_variable_shaped_tensors_equal_ort_on_all_values(tmp_path, cfg):
         ref = {n: (v.min(), v.max()) for n, v in allv.items()}
         assert all(float(run.tensors[n].range_value[0][0]) == ref[n][0] and float(run.tensors[n].range_value[1][0]) == ref[n][1] for n in names)
         return
-    p = adapter.calibrator_params(cfg)
+    p = ort_bridge.calibrator_params(cfg)
     c = HistogramCollector(method=p.method, symmetric=p.symmetric, num_bins=p.num_bins, num_quantized_bins=p.num_quantized_bins,
                            percentile=p.percentile, scenario=p.scenario)
     with quiet_ort():
@@ -329,12 +330,12 @@ def test_states_round_trip_through_plain_arrays(env, tmp_path, method):
     """Every calibration state saves to arrays (np.savez, no pickle) and loads back to the same ranges, bit for bit."""
     import io
 
-    from quantkit.quantize.calibrate import make_state
-    from quantkit.quantize.tap import TapSession
+    from quantkit.quantize.calibration.calibrate import make_state
+    from quantkit.quantize.calibration.tap import TapSession
 
     root, model, cset, pre = env
     cfg = StaticQuantConfig(moving_average=True) if method == "minmax-ema" else StaticQuantConfig(method=method)
-    plan = adapter.calibration_plan(model, cfg, adapter.default_op_types("qdq"), tmp_path)
+    plan = ort_bridge.calibration_plan(model, cfg, ort_bridge.default_op_types("qdq"), tmp_path)
     st = make_state(plan.params, list(plan.tensors))
     r = CalibrationSetReader(cset, pre)
     r.set_range(0, 3)
@@ -360,12 +361,12 @@ def test_states_round_trip_through_plain_arrays(env, tmp_path, method):
 def test_foreign_and_pickled_checkpoints_are_ignored_with_a_log_line(tmp_path, caplog):
     import pickle  # noqa: S403 -- writes an old-style checkpoint to prove it is never unpickled
 
-    from quantkit.quantize import checkpoint as ck
+    from quantkit.quantize.calibration import checkpoint as ck
 
     key = ck.CheckpointKey.for_run("m", "s", "c")
     old = tmp_path / "old"
     old.write_bytes(pickle.dumps({"version": 2, "key": "x", "pass": 1, "done": 3, "state": {}}))
-    with caplog.at_level("WARNING", logger="quantkit.quantize.checkpoint"):
+    with caplog.at_level("WARNING", logger="quantkit.quantize.calibration.checkpoint"):
         assert ck.load(old, key) is None
         ck.save(tmp_path / "new", key, 1, 4, {"a": np.arange(3)})
         got = ck.load(tmp_path / "new", key)
@@ -406,7 +407,7 @@ def test_derived_ranges_equal_ort_and_are_read_once(tmp_path, cfg, monkeypatch):
     bit, and the calibration session reduces those tensors on the first image only."""
     from test_quantize_fixtures import write_model_intake
 
-    from quantkit.quantize import tap as tapmod
+    from quantkit.quantize.calibration import tap as tapmod
 
     intake = write_model_intake(_chain_model(), tmp_path / "intake", 16)
     cset = CalibrationSet.load(make_set(tmp_path / "set", 5, size=32))
@@ -445,7 +446,7 @@ def test_a_derivation_that_disagrees_on_the_first_image_is_not_used(tmp_path, mo
     read on every image instead."""
     from test_quantize_fixtures import write_model_intake
 
-    from quantkit.quantize import derive
+    from quantkit.quantize.calibration import derive
 
     real = derive.Derivation.apply
 
@@ -515,9 +516,9 @@ def test_optimized_calibration_graph_differs_by_float_rounding_only(env, tmp_pat
     which equal ORT's calibrator bit for bit; the same tensors are calibrated."""
     root, model, cset, pre = env
     exact = collect_ranges(model, CalibrationSetReader(cset, pre), StaticQuantConfig(), workdir=_mkdir(tmp_path / "e"),
-                           op_types=adapter.default_op_types("qdq"))
+                           op_types=ort_bridge.default_op_types("qdq"))
     fast = collect_ranges(model, CalibrationSetReader(cset, pre), StaticQuantConfig(calibration_graph="optimized"),
-                          workdir=_mkdir(tmp_path / "o"), op_types=adapter.default_op_types("qdq"))
+                          workdir=_mkdir(tmp_path / "o"), op_types=ort_bridge.default_op_types("qdq"))
     assert set(exact.tensors.data) == set(fast.tensors.data) and len(exact.tensors.data) > 100
     worst = 0.0
     for name, td in exact.tensors.data.items():
@@ -559,7 +560,7 @@ def test_extrema_session_names_tensors_of_another_shape_than_declared(tmp_path):
     that list), one declared right is not."""
     from onnx import TensorProto, helper
 
-    from quantkit.quantize.tap import ExtremaSession
+    from quantkit.quantize.calibration.tap import ExtremaSession
 
     nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Neg", ["r"], ["n"]), helper.make_node("Abs", ["n"], ["m"]),
              helper.make_node("Sigmoid", ["m"], ["y"])]
@@ -582,10 +583,16 @@ def test_extrema_model_reduces_each_tensor_right_after_it_is_written(env, tmp_pa
     """Each tensor's ``ReduceMin`` / ``ReduceMax`` / ``Shape`` follow the node that writes it (not the end of the graph,
     where ORT's default order ran them and kept every reduced tensor alive until then), and the session runs them in
     ``priority_based`` order; the model is otherwise the tap model, so the extremes are the tensors' own."""
-    from quantkit.quantize.tap import MAX_SUFFIX, MIN_SUFFIX, SHAPE_SUFFIX, ExtremaSession, write_extrema_model
+    from quantkit.quantize.calibration.tap import (
+        MAX_SUFFIX,
+        MIN_SUFFIX,
+        SHAPE_SUFFIX,
+        ExtremaSession,
+        write_extrema_model,
+    )
 
     _, prepared, _, _ = env
-    plan = adapter.calibration_plan(prepared, StaticQuantConfig(), adapter.default_op_types("qdq"), tmp_path)
+    plan = ort_bridge.calibration_plan(prepared, StaticQuantConfig(), ort_bridge.default_op_types("qdq"), tmp_path)
     reduced, _, _, _ = write_extrema_model(plan.tap_model, list(plan.tensors), set(), tmp_path / "extrema.onnx", plan.graph_outputs)
     nodes = onnx.load(str(tmp_path / "extrema.onnx")).graph.node
     written = {o: i for i, n in enumerate(nodes) for o in n.output}
@@ -612,7 +619,7 @@ def test_percentile_read_by_tails_equals_reading_whole_bit_for_bit(env, cfg, tmp
     """After the first image the percentile reads each tensor by its tails inside ORT (reading.TensorReader,
     tap.Cut): exact min / max (and min|x|), and only the rows holding an element beyond the cut-offs. Its ranges and
     histograms are those of reading every tensor whole, bit for bit, and the tails were read."""
-    from quantkit.quantize import fine_histogram, tap
+    from quantkit.quantize.calibration import fine_histogram, tap
 
     root, model, cset, pre = env
     seen: list[int] = []
@@ -652,7 +659,7 @@ def test_percentile_tails_fall_back_to_whole_reading_on_nan(tmp_path, caplog):
     batches[2][0, :7] = -1.0  # sqrt(-1) = NaN in s and y on the third image
 
     cfg = StaticQuantConfig(method="percentile", percentile=99.9, calibration_symmetric=False)
-    with caplog.at_level("INFO", logger="quantkit.quantize.reading"):
+    with caplog.at_level("INFO", logger="quantkit.quantize.calibration.reading"):
         run = collect_ranges(model, _ListReader(batches), cfg, workdir=tmp_path, op_types=["Relu", "Sqrt", "Add"])
     assert "NaN on an image" in caplog.text
     clean = [b[b >= 0] for b in batches]
@@ -676,7 +683,7 @@ def test_fine_histogram_pins_saturations_and_equals_ort(absolute):
     plain tensor is not pinned."""
     from onnxruntime.quantization.calibrate import HistogramCollector
 
-    from quantkit.quantize.fine_histogram import FineHistogramState
+    from quantkit.quantize.calibration.fine_histogram import FineHistogramState
 
     rng = np.random.default_rng(3)
     batches = [_piled(rng, 200_000) for _ in range(6)]
@@ -707,7 +714,7 @@ def test_fine_histogram_pin_outgrown_reads_beyond_the_first_extreme():
     recount is needed; thresholds within the stated tolerance of ORT's."""
     from onnxruntime.quantization.calibrate import HistogramCollector
 
-    from quantkit.quantize.fine_histogram import FineHistogramState
+    from quantkit.quantize.calibration.fine_histogram import FineHistogramState
 
     rng = np.random.default_rng(4)
 
@@ -739,7 +746,7 @@ def test_percentile_pinned_tensors_equal_ort_and_reading_whole(tmp_path, cfg, mo
     second pass."""
     from onnx import TensorProto, helper, numpy_helper
 
-    from quantkit.quantize import fine_histogram
+    from quantkit.quantize.calibration import fine_histogram
 
     rng = np.random.default_rng(5)
     w = numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w")
@@ -785,7 +792,7 @@ def test_tap_session_of_graph_inputs_only_runs_nothing(tmp_path):
     recognizer) returns them without running ORT, which refuses a run with no outputs."""
     from onnx import TensorProto, helper
 
-    from quantkit.quantize.tap import TapSession
+    from quantkit.quantize.calibration.tap import TapSession
 
     g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])

@@ -7,7 +7,7 @@ import inspect
 import pytest
 
 from quantkit.errors import ConfigError, UnsupportedOptionError
-from quantkit.quantize import DynamicQuantConfig, StaticQuantConfig, TensorOverride, adapter
+from quantkit.quantize import DynamicQuantConfig, StaticQuantConfig, TensorOverride, ort_bridge
 
 
 def test_static_defaults_equal_ort_quantize_static_defaults():
@@ -19,7 +19,7 @@ def test_static_defaults_equal_ort_quantize_static_defaults():
     )
 
     ort = inspect.signature(quantize_static).parameters
-    kw = adapter.static_kwargs(StaticQuantConfig(), ["Conv"], [])
+    kw = ort_bridge.static_kwargs(StaticQuantConfig(), ["Conv"], [])
     assert ort["calibrate_method"].default == kw["calibrate_method"] == CalibrationMethod.MinMax
     assert ort["quant_format"].default == kw["quant_format"] == QuantFormat.QDQ
     # per-channel weights by default (ORT's advice for CNNs), where the entry point's signature says per-tensor
@@ -29,7 +29,7 @@ def test_static_defaults_equal_ort_quantize_static_defaults():
     # quantkit's activation default is uint8, the type ORT's docs recommend for x86 CPUs (the entry point's default is int8)
     assert kw["activation_type"] == QuantType.QUInt8
     assert kw["extra_options"] == {"ActivationSymmetric": False}  # nothing ORT would not read
-    assert adapter.calibrator_options(StaticQuantConfig()) == {}
+    assert ort_bridge.calibrator_options(StaticQuantConfig()) == {}
 
 
 def test_round_trip_and_hash():
@@ -90,19 +90,19 @@ def test_every_option_reaches_ort():
     c = StaticQuantConfig(method="entropy", num_bins=256, num_quantized_bins=64, calibration_symmetric=True, symmetric_activations=True,
                           symmetric_weights=False, reduce_range=True, per_channel=True, format="qoperator",
                           tensor_overrides={"t": TensorOverride(quant_type="uint8", scale=0.5, zero_point=3)})
-    assert adapter.calibrator_options(c) == {"symmetric": True, "num_bins": 256, "num_quantized_bins": 64}
-    kw = adapter.static_kwargs(c, ["Conv"], ["n1"])
+    assert ort_bridge.calibrator_options(c) == {"symmetric": True, "num_bins": 256, "num_quantized_bins": 64}
+    kw = ort_bridge.static_kwargs(c, ["Conv"], ["n1"])
     ex = kw["extra_options"]
     assert ex["ActivationSymmetric"] is True and ex["WeightSymmetric"] is False
     ov = ex["TensorQuantOverrides"]["t"][0]
     assert ov["quant_type"] == QuantType.QUInt8 and float(ov["scale"]) == 0.5 and int(ov["zero_point"]) == 3
     assert kw["reduce_range"] and kw["per_channel"] and kw["nodes_to_exclude"] == ["n1"]
     p = StaticQuantConfig(method="percentile", percentile=99.5, num_bins=1000)
-    assert adapter.calibrator_options(p) == {"num_bins": 1000, "percentile": 99.5}
+    assert ort_bridge.calibrator_options(p) == {"num_bins": 1000, "percentile": 99.5}
     m = StaticQuantConfig(moving_average=True, averaging_constant=0.2)
-    assert adapter.calibrator_options(m) == {"moving_average": True, "averaging_constant": 0.2}
+    assert ort_bridge.calibrator_options(m) == {"moving_average": True, "averaging_constant": 0.2}
     d = StaticQuantConfig(method="distribution", distribution_scenario="p3", num_bins=1024)
-    assert adapter.calibrator_options(d) == {"num_bins": 1024, "scenario": "p3"}
+    assert ort_bridge.calibrator_options(d) == {"num_bins": 1024, "scenario": "p3"}
 
 
 def test_model_dependent_checks(tmp_path):
@@ -110,7 +110,7 @@ def test_model_dependent_checks(tmp_path):
     from test_quantize_fixtures import make_tiny_intake
 
     m = onnx.load(str(make_tiny_intake(tmp_path / "t") / "model.onnx"))
-    ops, excl = adapter.resolve_exclusions(StaticQuantConfig(node_patterns_to_exclude=("conv.*",), op_types_to_exclude=("Relu",)), m, "qdq")
+    ops, excl = ort_bridge.resolve_exclusions(StaticQuantConfig(node_patterns_to_exclude=("conv.*",), op_types_to_exclude=("Relu",)), m, "qdq")
     assert excl == ["conv1", "conv2"] and "Relu" not in ops and "Conv" in ops
     for cfg, match in [(StaticQuantConfig(nodes_to_exclude=("nope",)), "node 'nope' is not in the model"),
                        (StaticQuantConfig(node_patterns_to_exclude=("x.*",)), "matches no node"),
@@ -118,28 +118,28 @@ def test_model_dependent_checks(tmp_path):
                        (StaticQuantConfig(op_types_to_quantize=("Gemm",)), "has no 'Gemm' node"),
                        (StaticQuantConfig(tensor_overrides={"zz": TensorOverride(rmax=1.0)}), "tensor 'zz' is not in the model")]:
         with pytest.raises(UnsupportedOptionError, match=match):
-            adapter.resolve_exclusions(cfg, m, "qdq")
+            ort_bridge.resolve_exclusions(cfg, m, "qdq")
     with pytest.raises(UnsupportedOptionError, match="ConvInteger is per-tensor"):
-        adapter.resolve_exclusions(DynamicQuantConfig(per_channel=True), m, "dynamic")
+        ort_bridge.resolve_exclusions(DynamicQuantConfig(per_channel=True), m, "dynamic")
     with pytest.raises(UnsupportedOptionError, match="opset 12 is too old for per-channel QDQ.*quantkit intake"):
-        adapter.check_opset(StaticQuantConfig(per_channel=True), 12, "m.onnx")
-    adapter.check_opset(StaticQuantConfig(per_channel=True, format="qoperator"), 12, "m.onnx")  # QLinearConv has no axis limit
+        ort_bridge.check_opset(StaticQuantConfig(per_channel=True), 12, "m.onnx")
+    ort_bridge.check_opset(StaticQuantConfig(per_channel=True, format="qoperator"), 12, "m.onnx")  # QLinearConv has no axis limit
 
 
 def test_calibrator_defaults_are_those_create_calibrator_builds(tmp_path):
-    """adapter.CALIBRATOR_DEFAULTS (the defaults quantkit resolves without building ORT's calibrator) equal the
+    """ort_bridge.CALIBRATOR_DEFAULTS (the defaults quantkit resolves without building ORT's calibrator) equal the
     attributes of the calibrator ORT's create_calibrator builds, method by method."""
     from onnxruntime.quantization import CalibrationMethod
     from onnxruntime.quantization.calibrate import create_calibrator
     from test_quantize_fixtures import make_tiny_intake
 
     model = make_tiny_intake(tmp_path / "t") / "model.onnx"
-    for method, defaults in adapter.CALIBRATOR_DEFAULTS.items():
+    for method, defaults in ort_bridge.CALIBRATOR_DEFAULTS.items():
         cal = create_calibrator(model, ["Conv"], augmented_model_path=str(tmp_path / f"{method}.onnx"),
-                                calibrate_method=getattr(CalibrationMethod, adapter.METHODS[method]))
+                                calibrate_method=getattr(CalibrationMethod, ort_bridge.METHODS[method]))
         got = {k: getattr(cal, k) for k in defaults}
         assert got == defaults, method
-        p = adapter.calibrator_params(StaticQuantConfig(method=method))
+        p = ort_bridge.calibrator_params(StaticQuantConfig(method=method))
         assert {k: getattr(p, k) for k in defaults} == defaults
 
 

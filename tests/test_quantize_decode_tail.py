@@ -11,7 +11,12 @@ from onnx import TensorProto, helper, numpy_helper
 from test_quantize_fixtures import _write_intake, make_set
 
 from quantkit.quantize import StaticQuantConfig, quantize
-from quantkit.quantize.placement import ORT, ORT_FLOAT_DECODE, decode_tail, plan_placement
+from quantkit.quantize.placement import (
+    ORT,
+    ORT_FLOAT_DECODE,
+    decode_tail,
+    plan_placement,
+)
 from quantkit.runtimes import make_runtime
 
 SIZE = 16
@@ -68,3 +73,25 @@ def test_scores_on_the_boxes_grid_collapse_with_ort_placement(scores_error):
 
 def test_scores_keep_their_values_with_the_decoding_tail_in_float(scores_error):
     assert scores_error["ort-float-decode"] < 0.05
+
+
+def test_the_collapse_finding_names_the_float_decode_placement(tmp_path, run_cli):
+    """ORT's placement collapses the scores of the channels head; quantize records the collapse with its fix, and
+    ``quantkit compare`` and bind's likely causes name ``placement: ort-float-decode``. With that placement nothing collapses."""
+    from quantkit.artifacts import CalibrationRecord
+    from quantkit.thresholds.causes import likely_causes
+
+    intake = _write_intake(channels_head_model(), tmp_path / "intake", SIZE)
+    cset = make_set(tmp_path / "set", 3, size=32)
+    code, out, err = run_cli(["quantize", intake, "--calibration-set", cset, "--out", tmp_path / "ort"])
+    assert code == 0, err
+    assert "set quantize.placement: ort-float-decode" in out
+    rec = CalibrationRecord.load(tmp_path / "ort")
+    (c,) = rec.calibration["collapsed_outputs"]
+    assert c["tensor"] == "y" and c["fix"] == "placement: ort-float-decode" and set(c["channels"]) >= {4, 5}
+    code, out, err = run_cli(["compare", intake, tmp_path / "ort", "--set", cset, "--no-runtimes"])
+    assert code == 0, err
+    assert "COLLAPSED: output 'y'" in out and "set quantize.placement: ort-float-decode" in out
+    assert any("placement: ort-float-decode" in cause.fix for cause in likely_causes(rec))
+    fixed = quantize(intake, StaticQuantConfig(placement="ort-float-decode"), out=tmp_path / "fd", calibration_set=cset)
+    assert not fixed.calibration.get("collapsed_outputs")

@@ -13,9 +13,9 @@ import pytest
 from onnx import numpy_helper
 from test_quantize_fixtures import make_intake, make_set, make_tiny_intake
 
+from quantkit.artifacts import CalibrationRecord, scale_diff
 from quantkit.cli.main import main
 from quantkit.errors import ModelError, UnsupportedOptionError
-from quantkit.artifacts import CalibrationRecord, scale_diff
 from quantkit.quantize import DynamicQuantConfig, StaticQuantConfig, quantize, replay
 
 SIZE = 64
@@ -172,7 +172,7 @@ def _record_diff(before: dict[str, bytes], dest) -> str:
 
 
 def test_failed_run_keeps_previous_output_and_checkpoint(env, tmp_path, monkeypatch, caplog):
-    from quantkit.quantize import calibrate
+    from quantkit.quantize.calibration import calibrate
 
     monkeypatch.setattr(calibrate, "CHECKPOINT_INTERVAL_S", 0.0)  # save after every chunk
     root, intake, cset, params, out = env
@@ -214,7 +214,7 @@ def _interrupt_at_image(monkeypatch, n: int):
 
 def test_cli_interrupt_names_the_kept_checkpoint_only_when_this_run_wrote_it(tmp_path, monkeypatch, capsys):
     from quantkit.cli.main import Terminated
-    from quantkit.quantize import engine
+    from quantkit.quantize import engines as engine
 
     def interrupted(save: bool, error: type[KeyboardInterrupt] = KeyboardInterrupt):
         def run(intake, config, *, out, checkpoint=None, **kw):
@@ -246,7 +246,7 @@ def test_cli_interrupt_names_the_kept_checkpoint_only_when_this_run_wrote_it(tmp
 
 def test_cli_ctrl_c_during_calibration_names_the_checkpoint_a_rerun_resumes_from(tmp_path, monkeypatch, capsys, caplog):
     import quantkit.calibset.reader as rd
-    from quantkit.quantize import calibrate
+    from quantkit.quantize.calibration import calibrate
 
     monkeypatch.setattr(calibrate, "CHECKPOINT_INTERVAL_S", 0.0)  # save after every chunk
     intake, cset = make_tiny_intake(tmp_path / "intake"), make_set(tmp_path / "set", 6, size=32)

@@ -32,8 +32,8 @@ def test_one_module_imports_onnxruntime_quantization_and_none_imports_pickle():
         if "pickle" in mods or any(m.startswith("pickle.") for m in mods):
             pickles.append(p.relative_to(PKG).as_posix())
     # intake/prepare.py still calls quant_pre_process itself (the intake work owns it); quantize.adapter.pre_process
-    # is the same call, ready for it to use: then this list is exactly ["quantize/adapter.py"].
-    assert [u for u in users if u != "intake/prepare.py"] == ["quantize/adapter.py"]
+    # is the same call, ready for it to use: then this list is exactly ["quantize/ort_bridge.py"].
+    assert [u for u in users if u != "intake/prepare.py"] == ["quantize/ort_bridge.py"]
     assert pickles == []
 
 
@@ -47,13 +47,13 @@ def test_reading_sets_and_records_loads_no_quantization_engine():
     mods = _loaded_after("import quantkit.calibset.reader, quantkit.artifacts")
     assert not any(m.startswith("onnxruntime") for m in mods)
     mods = _loaded_after("import quantkit.report")
-    assert not any(m.startswith("quantkit.quantize.calibrate") for m in mods)
+    assert not any(m.startswith("quantkit.quantize.calibration.calibrate") for m in mods)
     mods = _loaded_after("import quantkit.quantize.config")  # configs validate without the ORT adapter
-    assert "quantkit.quantize.adapter" not in mods and not any(m.startswith("onnxruntime") for m in mods)
+    assert "quantkit.quantize.ort_bridge" not in mods and not any(m.startswith("onnxruntime") for m in mods)
 
 
 def test_quantize_modules_stay_small():
-    mine = ["adapter", "calibrate", "checkpoint", "config", "engine", "fine_histogram", "histogram", "minmax", "outputs",
-            "runtime_check", "scales", "tap", "aimet"]
+    mine = ["ort_bridge", "calibration/calibrate", "calibration/checkpoint", "config", "engine", "engines", "calibration/fine_histogram",
+            "calibration/histogram", "calibration/minmax", "outputs", "runtime_check", "scales", "calibration/tap", "aimet"]
     sizes = {m: len((PKG / "quantize" / f"{m}.py").read_text().splitlines()) for m in mine}
     assert max(sizes.values()) <= 400, sizes

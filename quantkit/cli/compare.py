@@ -40,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from ..modelio import check_one_image_batch
     from ..quantize.compare import compare_layers, compare_outputs
     from ..quantize.engine import MODEL_FILE, load_intake
+    from ..quantize.outputs import collapse_lines
     from ..quantize.runtime_compare import compare_runtimes
 
     if args.max_images is not None and args.max_images < 1:
@@ -63,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         rc = compare_runtimes(onnx.load(str(model_path)), onnx.load(str(qpath)), ({name: b[1]} for b in reader.iter_batches()),
                               runtimes=args.runtime, total=n)
     if args.json:
-        out = {"images": n, "tensors": json.loads(df.to_json(orient="records"))}
+        out = {"images": n, "tensors": json.loads(df.to_json(orient="records")), "findings": collapse_lines(record)}
         if rc is not None:
             out["runtimes"] = rc.to_dict()
         print(json.dumps(out, indent=2, sort_keys=True))
@@ -73,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
     notes = df[df["note"] != ""] if "note" in df else df.iloc[0:0]
     for r in notes.itertuples(index=False):
         sys.stdout.write(f"  {r.tensor}: {r.note}\n")
+    for line in collapse_lines(record):  # the record's findings on what its outputs lost, with the fix where known
+        sys.stdout.write(line + "\n")
     if rc is not None:
         sys.stdout.write(render_runtimes(rc) + "\n")
     return 0

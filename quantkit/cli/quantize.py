@@ -58,10 +58,16 @@ def build_config(args: argparse.Namespace) -> Any:
                 raise UnsupportedOptionError(f"--{flag.replace('_', '-')} applies to static quantization only; drop it or drop --dynamic")
         return DynamicQuantConfig.from_dict(dynamic_section, where=f"{args.params or 'params'}: {where}.dynamic")
     engine = getattr(args, "engine", None)
+    placement = args.placement
+    if args.target is not None:  # the target's file: the engine's own, or ORT's placement on its ranges
+        from ..quantize.placement import target_engine
+
+        engine, placement = target_engine(engine or section.get("engine", "ort"), args.target, target_placement(args))
     overrides = {"method": args.method, "calibration_chunk_size": args.chunk_size, "max_images": args.max_images,
-                 "placement": args.placement if args.target is None else target_placement(args), "engine": engine}
-    if engine is not None and engine != "ort" and overrides["placement"] is None and "placement" not in section:
-        overrides["placement"] = engine  # the engine's own placement: --engine nncf alone is enough
+                 "placement": placement, "engine": engine}
+    chosen = engine or section.get("engine", "ort")
+    if chosen != "ort" and overrides["placement"] is None and "placement" not in section:
+        overrides["placement"] = chosen  # the engine's own placement: engine: nncf alone is enough
     section.update({k: v for k, v in overrides.items() if v is not None})
     return StaticQuantConfig.from_dict(section, where=f"{args.params or 'params'}: {where}")
 
@@ -103,8 +109,7 @@ def _stamp(path: Path | None) -> tuple[int, int, int] | None:
 def run(args: argparse.Namespace) -> int:
     from ..errors import ConfigError
     from ..quantize import quantize, quantize_with_ranges
-    from ..quantize.engine import checkpoint_path
-
+    from ..quantize.engines import checkpoint_path
     from ._roles import role_path
 
     if args.ranges_from is None:
@@ -155,8 +160,8 @@ def run(args: argparse.Namespace) -> int:
 
 def findings(rec: Any) -> list[str]:
     """Lines describing what the written model computes at its outputs and what quantize changed or noticed
-    (the record's ``calibration`` entries of :mod:`quantkit.quantize.outputs` and :mod:`quantkit.quantize.calibrate`)."""
-    from ..quantize.outputs import describe_change
+    (the record's ``calibration`` entries of :mod:`quantkit.quantize.outputs` and :mod:`quantkit.quantize.calibration.calibrate`)."""
+    from ..quantize.outputs import collapse_lines, describe_change
 
     cal = rec.calibration or {}
     lines = ["graph outputs:"] if cal.get("outputs") else []
@@ -173,11 +178,7 @@ def findings(rec: Any) -> list[str]:
         lines.append(f"kept its own range: graph output {name!r} feeds a Relu/Clip, whose range ONNX Runtime would have given it")
     for c in cal.get("range_changes", []):
         lines.append("range changed: " + describe_change(c))
-    for c in cal.get("collapsed_outputs", []):
-        lv = ", ".join(f"{ch}: {v:g}" for ch, v in list(zip(c["channels"], c["levels"]))[:6]) + (", ..." if len(c["channels"]) > 6 else "")
-        lines.append(f"COLLAPSED: output {c['tensor']!r} axis {c['axis']}: {len(c['channels'])} of {c['of_channels']} channels span fewer "
-                     f"than {c['floor']:g} quantization steps (channel: levels {lv}); split the tensor before the output or keep its "
-                     "producer in float (quantkit fallback)")
+    lines += collapse_lines(rec)
     if cal.get("variable_shape"):
         lines.append(f"variable shape (calibrated at whatever size arrived): {', '.join(cal['variable_shape'])}")
     if cal.get("unobserved"):

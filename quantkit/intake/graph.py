@@ -199,7 +199,7 @@ def ort_pre_process(model: Any, tmp: Path) -> Any:
     quietly; opset imports of domains no node uses are dropped."""
     import onnx
 
-    from ..quantize.adapter import pre_process
+    from ..quantize.ort_bridge import pre_process
 
     src, dst = tmp / "pre_in.onnx", tmp / "pre_out.onnx"
     atomic_write_bytes(src, model.SerializeToString())

@@ -1,25 +1,19 @@
 """Quantization engine: typed configs, bounded-memory calibration, the scales record, comparisons.
 
-One verb, :func:`quantize` (the config's type picks static or dynamic). See ``docs/ARCHITECTURE.md``.
+One verb, :func:`quantize` (the config picks the engine, a plug-in of :mod:`.engines`). See ``docs/ARCHITECTURE.md``.
 Everything is imported lazily: reading a record (:mod:`quantkit.artifacts`) never loads ONNX Runtime's
 quantization tools.
 
-Module map (one line each; the calibration loop runs engine -> calibrate -> tap / reading -> the states)::
+Module map (one line each; the calibration loop runs engine -> calibration.calibrate -> tap / reading -> the states)::
 
     config            StaticQuantConfig, DynamicQuantConfig, TensorOverride: one named field per knob
-    adapter           the one module that talks to onnxruntime.quantization: configs to ORT arguments, ranges to TensorsData
-    engine            quantize(): load the intake, calibrate, call ORT, write model + record
+    ort_bridge        the one module that talks to onnxruntime.quantization: configs to ORT arguments, ranges to TensorsData
+    engines           quantize() and the engine registry: Engine, StaticJob, register_engine (keyed by the config's engine)
+    engine            ONNX Runtime's engines (ort, ort-dynamic) and write_static(), the core every ORT-quantized file goes through
     files             what every engine shares: the intake read, the model prepared, the file finished, the record built
     nncf_engine       quantize.engine: nncf: the one module that imports nncf (nncf.quantize, its int8 activations as uint8)
-    calibrate         collect_ranges(): bounded-memory, resumable range collection reproducing ORT's calibrators
-    checkpoint        calibration state saved to / loaded from one .npz, keyed by everything it depends on
-    tap               the tap model: every calibrated tensor (or its extremes, or its tails) as outputs of one session
-    reading           folding one inference's tapped tensors into a calibration state (calibrate's inner loop)
-    minmax            MinMaxState: ORT's MinMaxCalibrater, folded image by image
-    histogram         HistogramState: exact two-pass histograms on ORT's bins (Distribution)
-    fine_histogram    FineHistogramState: one-pass histograms within a stated tolerance (Percentile, Entropy)
-    cutoffs           which elements a percentile tensor still needs read after its first image (cut-offs, piles)
-    derive            ranges that follow exactly from another tensor's range (MinMax need not read them)
+    calibration/      bounded-memory, resumable range collection reproducing ORT's calibrators: calibrate (collect_ranges),
+                      checkpoint, tap, reading, minmax, histogram, fine_histogram, cutoffs, derive (one line each there)
     scales            the scales and zero points read from a written model into TensorScale rows (ORT's names; any QDQ file)
     outputs           what the written model computes at its outputs: effective levels, collapsed channels, findings
     runtime_check     the gate before a model is written: the runtime loads and runs it at its deployment level
@@ -42,7 +36,7 @@ Modules that do the same thing twice (noted for a later pass, not changed here):
 - The symmetric weight scale (``absmax / qmax``, round, clip) is written in ``recovery.weights.fake_quant_weight``
   and again inside ``recovery.adaround``; ``recovery.adaround._attr`` and ``recovery.equalize._attr`` read a node
   attribute twice over.
-- Three ways of running a model with intermediate tensors as outputs: ``adapter.calibration_plan`` (ORT's own
+- Three ways of running a model with intermediate tensors as outputs: ``ort_bridge.calibration_plan`` (ORT's own
   ``augment_graph``, for histogram parity with ORT), ``tap`` (quantkit's reading sessions) and
   ``quantkit.runtimes.with_outputs`` (compare, recovery.activations). The first two exist for ORT parity and
   speed; they are not duplicates of the third to remove, but a reader should know all three.
@@ -57,7 +51,9 @@ from typing import Any
 
 _WHERE = {
     "DynamicQuantConfig": "config", "StaticQuantConfig": "config", "TensorOverride": "config",
-    "MODEL_FILE": "engine", "RECORD_FILE": "engine", "quantize": "engine", "replay": "reuse",
+    "MODEL_FILE": "engine", "RECORD_FILE": "engine", "quantize": "engines", "replay": "reuse",
+    "Engine": "engines", "StaticJob": "engines", "register_engine": "engines", "engine_for": "engines",
+    "RangeSource": "engine", "write_static": "engine",
     "quantize_with_ranges": "reuse",
     "clipping_rates": "compare", "compare_layers": "compare", "plot_layer_errors": "compare", "TensorComparison": "compare",
     "precision_fallback": "fallback", "FallbackResult": "fallback", "FallbackConfig": "fallback",

@@ -133,6 +133,22 @@ def _sample(rng_seed: int, name: str, size: int, k: int) -> np.ndarray | None:
     return np.sort(rng.choice(size, k, replace=False))
 
 
+def qdq_outputs(model: Any) -> dict[str, str]:
+    """``{tensor: the output of the DequantizeLinear after the QuantizeLinear that reads it}`` for every Q -> DQ pair of
+    ``model``, whatever the nodes and tensors are called (ORT names them ``T_DequantizeLinear_Output``, NNCF otherwise)."""
+    readers: dict[str, list[Any]] = {}
+    for n in model.graph.node:
+        for x in n.input:
+            readers.setdefault(x, []).append(n)
+    out: dict[str, str] = {}
+    for n in model.graph.node:
+        if n.op_type == "QuantizeLinear" and n.input[0] not in out:
+            dq = next((d for d in readers.get(n.output[0], []) if d.op_type == "DequantizeLinear"), None)
+            if dq is not None:
+                out[n.input[0]] = dq.output[0]
+    return out
+
+
 def compare_layers(
     fp32_model: Any,
     quant_model: Any,
@@ -173,6 +189,7 @@ def compare_layers(
     q_have = {o for n in qm.graph.node for o in n.output}
     q_outputs = {o.name for o in qm.graph.output}
     pairs: dict[str, tuple[str, bool]] = {}  # name -> (quant tensor, is_integer)
+    dq_of = qdq_outputs(qm)
     for name in tensors or sorted(acts):
         if name not in acts:
             raise InputFileError(f"tensor {name!r} is not a quantized activation of the record; pick one from record.table()")
@@ -180,12 +197,15 @@ def compare_layers(
             continue
         if f"{name}_DequantizeLinear_Output" in q_have:
             pairs[name] = (f"{name}_DequantizeLinear_Output", False)
+        elif name in dq_of:  # another engine's QDQ file (NNCF's): the pair found by the graph, not by ORT's names
+            pairs[name] = (dq_of[name], False)
         elif name in q_outputs and name in q_have:  # graph output: ORT's last DequantizeLinear keeps the name
             pairs[name] = (name, False)
         elif f"{name}_quantized" in q_have or (name in inputs and f"{name}_quantized" in q_have):
             pairs[name] = (f"{name}_quantized", True)
     if not pairs:
-        raise ModelError("no quantized activation of the record was found in both models; are the FP32 model and record from the same intake?")
+        raise ModelError(f"none of the record's {len(acts)} quantized activations has a QuantizeLinear -> DequantizeLinear pair "
+                         "or a *_quantized tensor in the quantized model; pass the model_int8.onnx written with this record.json")
     input_name = fm.graph.input[0].name
     outs = [o.name for o in fm.graph.output if o.name not in pairs and o.name in q_outputs]
     f_names = [n for n in pairs if n not in inputs] + outs

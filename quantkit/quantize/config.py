@@ -3,7 +3,7 @@
 The config's *type* selects the handler (torchao's ``quantize_(model, config)``):
 :class:`StaticQuantConfig` runs calibration and ORT's ``quantize_static`` machinery,
 :class:`DynamicQuantConfig` runs ORT's ``quantize_dynamic``. Every field is translated to ONNX Runtime
-arguments in exactly one place, :mod:`quantkit.quantize.adapter` (which imports this module, never the
+arguments in exactly one place, :mod:`quantkit.quantize.ort_bridge` (which imports this module, never the
 reverse); a combination ORT would ignore or reject raises :class:`~quantkit.errors.UnsupportedOptionError`
 when the config is built (:func:`check_static`, :func:`check_dynamic`, checked against ORT 1.32's
 ``check_static_quant_arguments``, ``create_calibrator``, ``compute_distribution`` and ``MinMaxCalibrater``).
@@ -103,7 +103,7 @@ class _Common(Config):
 class StaticQuantConfig(_Common):
     """Static (calibrated) quantization.
 
-    Fields (ORT name in brackets, see :mod:`quantkit.quantize.adapter`):
+    Fields (ORT name in brackets, see :mod:`quantkit.quantize.ort_bridge`):
         method: calibrator (``calibrate_method``): minmax | entropy | percentile | distribution.
         format: qdq (QuantizeLinear/DequantizeLinear pairs) | qoperator (QLinear* ops) (``quant_format``).
         per_channel: per-output-channel weight scales (``per_channel``), default true, as the quantization
@@ -125,7 +125,7 @@ class StaticQuantConfig(_Common):
             in [0, 1], only with ``moving_average``.
         calibration_chunk_size: images per chunk, the unit of progress and of checkpoints (a chunk is saved
             at most every 10 s); images are read one at a time, so peak memory depends on neither it nor
-            the set size (quantkit's own knob, see :mod:`quantkit.quantize.calibrate`).
+            the set size (quantkit's own knob, see :mod:`quantkit.quantize.calibration.calibrate`).
         max_images: calibrate on the first N images of the set (manifest order); None = all.
         calibration_graph: ``exact``: the calibration session runs with graph optimizations off, as ORT's
             calibrators do, and the ranges equal theirs bit for bit; ``optimized``: at ORT's ``all`` level (the
@@ -156,7 +156,8 @@ class StaticQuantConfig(_Common):
             preset, zero point 0), ``activation_type`` (``uint8``: NNCF's int8 per-tensor activation pairs rewritten as
             uint8 on the same grid, zero point + 128, which OpenVINO computes correctly after a Concat; ``int8``: NNCF's
             own types, int8 for tensors with negative values), ``max_images`` (its ``subset_size``; default every image
-            of the set) and the three exclusion lists (its ``IgnoredScope``); it needs ``placement: nncf``,
+            of the set) and the three exclusion lists (its ``IgnoredScope``); it needs ``placement: nncf`` (what
+            ``quantkit quantize`` sets when the section names no placement),
             ``per_channel: true``, ``weight_type: int8`` and symmetric weights, and estimates ranges itself (per-tensor
             activations: mean over images of each image's min and max), so every other field must keep its default
             (:func:`check_engine`).

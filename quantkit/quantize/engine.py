@@ -1,16 +1,17 @@
-"""One verb: :func:`quantize` (the config's type picks static or dynamic), plus :func:`replay`.
+"""ONNX Runtime's engines (``quantize.engine: ort`` and dynamic), registered with :mod:`.engines`, and
+:func:`write_static`, the core every path that hands ranges to ORT's quantizer shares.
 
 Static path (what ``onnxruntime.quantization.quantize_static`` does, split so calibration is bounded):
 
 1. read ``model.onnx`` + ``export_note.json`` from the intake folder; check the config against the model
-   (:mod:`.adapter`: exclusions exist, opset fits the format);
+   (:mod:`.ort_bridge`: exclusions exist, opset fits the format);
 2. prepare: ``Constant`` nodes become initializers (ORT quantizes weights only when they are
    initializers; PP-OCR's exporter emits them as Constant nodes, which ORT would treat as activations);
-3. collect ranges image by image, reproducing ORT's calibrators (:mod:`.calibrate`), resumable; tensors
+3. collect ranges image by image, reproducing ORT's calibrators (:mod:`.calibration.calibrate`), resumable; tensors
    that never held a value (data-dependent shapes) keep their nodes in float, named in the record;
 4. pin graph outputs that feed a Relu/Clip to their own range (ORT would give them the Relu's,
    :func:`.outputs.relu_fed_outputs`) and hand the ranges to ``quantize_static`` through its
-   ``calibration_cache_path`` (:mod:`.adapter`; ORT then runs ``QDQQuantizer`` / ``ONNXQuantizer`` as usual);
+   ``calibration_cache_path`` (:mod:`.ort_bridge`; ORT then runs ``QDQQuantizer`` / ``ONNXQuantizer`` as usual);
 5. embed the export note, load and run the result at the deployment optimization level
    (:func:`.runtime_check.check_runs`: a runtime that refuses the model stops here, nothing written), read
    every scale/zero point back from it (:func:`.scales.extract_scales`), describe what the written model
@@ -23,28 +24,38 @@ from __future__ import annotations
 import dataclasses
 import logging
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .._io import atomic_output_dir, sha256_bytes, sha256_file
-from .._overwrite import check_output_dir, check_output_file, set_folder
+from .._io import sha256_bytes, sha256_file
 from ..artifacts.record import CalibrationRecord
 from ..calibset import CalibrationSetReader
-from ..errors import CalibrationSetError, ModelError, QuantkitError, TargetSupportError, UnsupportedOptionError
-from ..modelio import check_one_image_batch, opset_of
+from ..errors import (
+    ModelError,
+    QuantkitError,
+    TargetSupportError,
+    UnsupportedOptionError,
+)
+from ..modelio import opset_of
 from ..note import ExportNote
-from . import adapter, outputs
-from .calibrate import CalibrationRun, collect_ranges
-from .checkpoint import FILE_KIND as CHECKPOINT_KIND
-from .checkpoint import CheckpointKey
+from . import ort_bridge, outputs
+from .calibration.calibrate import CalibrationRun, collect_ranges
+from .calibration.checkpoint import CheckpointKey
 from .config import DynamicQuantConfig, StaticQuantConfig
-from .files import MODEL_FILE, RECORD_FILE, constants_to_initializers, load_intake
+from .engines import Engine, StaticJob, register_engine
+from .files import (
+    MODEL_FILE,
+    RECORD_FILE,
+    constants_to_initializers,
+    load_intake,
+    set_ref,
+)
 from .files import finish as _finish
 from .files import load_set as _load_set
 from .files import make_record as _record
-from .files import set_ref
 from .placement import placement_recipe, plan_placement
 from .scales import extract_scales
 
@@ -70,14 +81,38 @@ def _exclude_unobserved(model: Any, unobserved: tuple[str, ...], excluded: list[
     return more
 
 
-def _static(model: Any, model_path: Path, note: ExportNote, config: StaticQuantConfig, calibration_set: Any,
-            out: Path, checkpoint: Path | None, record: CalibrationRecord | None, replay_scales: bool = True,
-            levels_floor: float = outputs.DEFAULT_LEVELS_FLOOR) -> CalibrationRecord:
+@dataclasses.dataclass(frozen=True)
+class RangeSource:
+    """Where :func:`write_static` takes its ranges from: calibrated on ``calibration_set`` (resumable at ``checkpoint``),
+    with ``fixed`` ``{tensor: (min, max)}`` replacing the calibrated range of those tensors (another engine's ranges,
+    :func:`.reuse.quantize_with_ranges`); or ``record``'s calibrated ranges (no images), with every activation's
+    scale and zero point too when ``replay_scales`` (``quantkit record replay``)."""
+
+    calibration_set: Any = None
+    checkpoint: Path | None = None
+    record: CalibrationRecord | None = None
+    replay_scales: bool = True
+    fixed: Mapping[str, tuple[float, float]] | None = None
+
+
+def write_static(model: Any, model_path: Path, note: ExportNote, config: StaticQuantConfig, source: RangeSource, out: Path,
+                 levels_floor: float = outputs.DEFAULT_LEVELS_FLOOR) -> CalibrationRecord:
+    """The core every path that writes an ONNX Runtime-quantized INT8 file shares (``quantize``, ``record replay``,
+    ``--ranges-from`` incl. another engine's ranges, the fallback's candidates): ranges from ``source``, the placement
+    planned, ``quantize_static`` run and checked (module docstring, steps 2-5); writes ``out/model_int8.onnx``
+    (``out``: the output's temporary folder) and returns the record (the caller saves it).
+
+    Raises:
+        ModelError, CalibrationSetError, ConfigError, UnsupportedOptionError, TargetSupportError: as :func:`.engines.quantize`.
+    """
     import onnx
 
+    calibration_set, checkpoint, record, replay_scales, fixed = (source.calibration_set, source.checkpoint, source.record,
+                                                                  source.replay_scales, source.fixed)
+
     model_digest = sha256_file(model_path)
-    adapter.check_opset(config, opset_of(model), str(model_path))
-    op_types, excluded = adapter.resolve_exclusions(config, model, config.format)
+    ort_bridge.check_opset(config, opset_of(model), str(model_path))
+    op_types, excluded = ort_bridge.resolve_exclusions(config, model, config.format)
     if record is None:
         cset = _load_set(calibration_set)
         cs_info = set_ref(cset)
@@ -96,9 +131,13 @@ def _static(model: Any, model_path: Path, note: ExportNote, config: StaticQuantC
         overrides: dict[str, list[dict[str, Any]]] = {}
         if record is None:
             ranges, calib, channels, excluded = _calibrate(prep_path, prepared, cset, note, config, work, op_types, excluded, checkpoint, model_digest)
+            if fixed:
+                pairs = {k: (float(np.min(ranges[k].range_value[0])), float(np.max(ranges[k].range_value[1]))) for k in ranges.data}
+                ranges = ort_bridge.ranges_from_pairs(config.method, {**pairs, **{k: v for k, v in fixed.items() if k in pairs}})
+                calib["fixed_ranges"] = sorted(k for k in fixed if k in pairs)
         else:
-            ranges = adapter.ranges_from_pairs(config.method, _recorded_pairs(record))
-            overrides = adapter.replay_overrides(record.tensors) if replay_scales else {}
+            ranges = ort_bridge.ranges_from_pairs(config.method, _recorded_pairs(record))
+            overrides = ort_bridge.replay_overrides(record.tensors) if replay_scales else {}
             calib = {"replayed_from" if replay_scales else "ranges_from": record.fingerprint}
             for k in ("float_nodes", "variable_shape", "outputs_pinned"):  # what the recorded run decided, and why
                 if record.calibration.get(k):
@@ -107,7 +146,7 @@ def _static(model: Any, model_path: Path, note: ExportNote, config: StaticQuantC
         plan = plan_placement(placement_recipe(config.placement), prepared, op_types, excluded)  # calibration covered every op type; this is what gets Q/DQ
         q_types, q_excluded = list(plan.op_types), list(plan.nodes_to_exclude)
         pinned = [n for n in outputs.relu_fed_outputs(prepared, ranges, q_types, q_excluded) if n not in config.tensor_overrides and n not in overrides]
-        overrides.update(adapter.range_overrides(ranges, pinned))
+        overrides.update(ort_bridge.range_overrides(ranges, pinned))
         job = _Quantization(model_path, prep_path, ranges, config, q_types, overrides, note, out / MODEL_FILE, work, plan.no_output_op_types)
         q, data, floated = job.run_checked(prepared, q_excluded, set(calib.get("variable_shape", ())))
         if floated:
@@ -136,9 +175,9 @@ class _Quantization:
 
     def run(self, excluded: list[str]) -> tuple[Any, bytes]:
         raw = self.work / "quantized.onnx"
-        kwargs = adapter.static_kwargs(self.config, self.op_types, excluded, self.overrides or None, self.no_output_op_types)
+        kwargs = ort_bridge.static_kwargs(self.config, self.op_types, excluded, self.overrides or None, self.no_output_op_types)
         try:
-            adapter.run_static(self.prep_path, raw, self.ranges, kwargs, self.work)
+            ort_bridge.run_static(self.prep_path, raw, self.ranges, kwargs, self.work)
         except QuantkitError:
             raise
         except Exception as e:  # ORT raises ValueError/AttributeError/RuntimeError on models it cannot handle
@@ -197,7 +236,7 @@ def _dynamic(model: Any, model_path: Path, note: ExportNote, config: DynamicQuan
     import onnx
 
     model_digest = sha256_file(model_path)
-    op_types, excluded = adapter.resolve_exclusions(config, model, "dynamic")
+    op_types, excluded = ort_bridge.resolve_exclusions(config, model, "dynamic")
     prepared = type(model)()
     prepared.CopyFrom(model)
     constants_to_initializers(prepared)
@@ -206,7 +245,7 @@ def _dynamic(model: Any, model_path: Path, note: ExportNote, config: DynamicQuan
         prep_path, raw = work / "prepared.onnx", work / "quantized.onnx"
         onnx.save(prepared, str(prep_path))
         try:
-            adapter.run_dynamic(prep_path, raw, adapter.dynamic_kwargs(config, op_types, excluded))
+            ort_bridge.run_dynamic(prep_path, raw, ort_bridge.dynamic_kwargs(config, op_types, excluded))
         except QuantkitError:
             raise
         except Exception as e:
@@ -218,84 +257,33 @@ def _dynamic(model: Any, model_path: Path, note: ExportNote, config: DynamicQuan
     return _record(tensors, model_digest, sha256_bytes(data), None, config, opset_of(model), opset_of(q), "dynamic", calib)
 
 
-def checkpoint_path(out: str | Path, checkpoint: str | Path | None = None) -> Path:
-    """The calibration checkpoint file a static :func:`quantize` into ``out`` uses: ``checkpoint`` when given, else
-    ``<out parent>/.<out name>.calib-checkpoint``."""
-    out = Path(out)
-    return Path(checkpoint) if checkpoint is not None else out.parent / f".{out.name}.calib-checkpoint"
+class OrtEngine(Engine):
+    """``quantize.engine: ort``: quantkit's calibration and ONNX Runtime's ``quantize_static`` (:func:`write_static`)."""
+
+    name = "ort"
+    checkpoints = True
+
+    def write(self, job: StaticJob) -> CalibrationRecord:
+        return write_static(job.model, job.model_path, job.note, job.config, RangeSource(job.calibration_set, job.checkpoint), job.out,
+                            levels_floor=job.levels_floor)
 
 
-def quantize(
-    intake: str | Path,
-    config: StaticQuantConfig | DynamicQuantConfig,
-    *,
-    out: str | Path,
-    calibration_set: Any = None,
-    checkpoint: str | Path | None = None,
-    levels_floor: float = outputs.DEFAULT_LEVELS_FLOOR,
-) -> CalibrationRecord:
-    """Quantize the intake model; the config's type selects static (calibrated) or dynamic.
+class OrtDynamicEngine(Engine):
+    """A :class:`DynamicQuantConfig`: ONNX Runtime's ``quantize_dynamic`` (activations quantized at run time)."""
 
-    Args:
-        intake: ``work/intake`` folder (``model.onnx`` with fixed input shape + ``export_note.json``) or a
-            model file carrying an embedded note.
-        config: :class:`StaticQuantConfig` or :class:`DynamicQuantConfig`. A static config with ``engine: nncf`` is
-            quantized by NNCF (:mod:`.nncf_engine`, the ``nncf`` extra): the same two files, no checkpoint.
-        out: output folder; gets ``model_int8.onnx`` and ``record.json`` all at once, or nothing.
-        calibration_set: set folder or :class:`quantkit.calibset.CalibrationSet` (static only).
-        checkpoint: calibration checkpoint file (``.npz``); default ``<out parent>/.<out name>.calib-checkpoint``,
-            kept when the run is interrupted or an image is unreadable (the next run resumes from it), removed
-            when it succeeds or fails with another error (its fix changes the model or config, hence the key).
-        levels_floor: a channel of a quantized graph output spanning fewer quantization steps is flagged
-            (record ``calibration["collapsed_outputs"]``, a warning); see :mod:`quantkit.quantize.outputs`.
+    name = "ort-dynamic"
+    calibrated = False
 
-    Returns:
-        The :class:`CalibrationRecord` written to ``out/record.json``. Its ``calibration`` also lists every
-        graph output (``outputs``) and, when there are any, ``range_changes``, ``collapsed_outputs``,
-        ``outputs_pinned``, ``unobserved``, ``variable_shape`` and ``warnings`` (:mod:`.outputs`, :mod:`.calibrate`).
-
-    Raises:
-        ModelError, CalibrationSetError, ConfigError, UnsupportedOptionError: one-line, naming the file or
-            field; ``out`` is left as it was. A calibration set is re-hashed first: a missing or changed image
-            raises :class:`CalibrationSetError` naming it (register the changed set as a new version).
-        TargetSupportError: ONNX Runtime's CPU provider cannot load or run the quantized model at its default
-            optimization level (e.g. 4-bit activations with 8-bit weights); nothing is written.
-        InputFileError: ``out`` is, holds or lies inside the intake or the calibration set, or is a folder
-            another command wrote; ``checkpoint`` is an input or a file that is not a calibration checkpoint.
-    """
-    model_path, model, note = load_intake(intake)
-    out = Path(out)
-    inputs = [intake, model_path, set_folder(calibration_set)]
-    if isinstance(config, DynamicQuantConfig):
+    def check(self, config: Any, calibration_set: Any, checkpoint: Any) -> None:
         if calibration_set is not None:
-            raise UnsupportedOptionError("dynamic quantization takes no calibration set (activations are quantized at run time); drop --calibration-set or drop --dynamic")
-        with atomic_output_dir(out, command="quantize", inputs=inputs) as tmp:
-            rec = _dynamic(model, model_path, note, config, tmp)
-            rec.save(tmp / RECORD_FILE)
-        return rec
-    if not isinstance(config, StaticQuantConfig):
-        raise TypeError(f"config must be StaticQuantConfig or DynamicQuantConfig, not {type(config).__name__}")
-    check_one_image_batch(model, note.preprocessing.input_name, model_path, batch_axis=note.preprocessing.batch_axis)
-    if config.engine == "nncf":  # NNCF reads the set itself: no checkpoint
-        from .nncf_engine import quantize_nncf
+            raise UnsupportedOptionError("dynamic quantization takes no calibration set (activations are quantized at run time); "
+                                         "drop --calibration-set or drop --dynamic")
 
-        if checkpoint is not None:
-            raise UnsupportedOptionError("--checkpoint: NNCF's engine keeps no calibration checkpoint; drop it or set engine: ort")
+    def write(self, job: StaticJob) -> CalibrationRecord:
+        return _dynamic(job.model, job.model_path, job.note, job.config, job.out)
 
-        with atomic_output_dir(out, command="quantize", inputs=inputs) as tmp:
-            rec = quantize_nncf(model, model_path, note, config, calibration_set, tmp)
-            rec.save(tmp / RECORD_FILE)
-        return rec
-    ckpt = checkpoint_path(out, checkpoint)
-    check_output_dir(out, "quantize", inputs=inputs)  # these two now, not after calibrating
-    check_output_file(ckpt, CHECKPOINT_KIND, inputs=inputs, flag="--checkpoint")  # it is replaced, then removed
-    try:
-        with atomic_output_dir(out, command="quantize", inputs=inputs) as tmp:
-            rec = _static(model, model_path, note, config, calibration_set, tmp, ckpt, None, levels_floor=levels_floor)
-            rec.save(tmp / RECORD_FILE)
-    except QuantkitError as e:
-        if not isinstance(e, CalibrationSetError):  # the fix changes the model or config, hence the key: no resume
-            ckpt.unlink(missing_ok=True)
-        raise
-    ckpt.unlink(missing_ok=True)
-    return rec
+
+register_engine(OrtEngine())
+register_engine(OrtDynamicEngine())
+
+__all__ = ["MODEL_FILE", "RECORD_FILE", "OrtDynamicEngine", "OrtEngine", "RangeSource", "load_intake", "write_static"]

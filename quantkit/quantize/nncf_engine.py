@@ -1,6 +1,6 @@
 """``quantize.engine: nncf``: NNCF's post-training quantization (``nncf.quantize`` on the ONNX model, NNCF's ONNX
 backend) as a second engine beside ONNX Runtime's, writing the same two files. The one module that imports ``nncf``
-(the optional ``nncf`` extra), as :mod:`.adapter` is the one that imports ``onnxruntime.quantization``.
+(the optional ``nncf`` extra), as :mod:`.ort_bridge` is the one that imports ``onnxruntime.quantization``.
 
 What NNCF is given (:func:`nncf_arguments` is the one translation of a :class:`StaticQuantConfig` into its arguments):
 
@@ -56,11 +56,20 @@ from ..errors import ModelError, QuantkitError, UnsupportedOptionError
 from ..extras import require
 from ..modelio import opset_of
 from ..note import ExportNote
+from ..progress import progress
 from ..versions import CORE
 from . import outputs
 from .config import StaticQuantConfig
+from .engines import Engine, StaticJob, register_engine
 from .fallback.graph import named_copy
-from .files import MODEL_FILE, constants_to_initializers, finish, load_set, make_record, set_ref
+from .files import (
+    MODEL_FILE,
+    constants_to_initializers,
+    finish,
+    load_set,
+    make_record,
+    set_ref,
+)
 from .scales import qdq_scales
 
 log = logging.getLogger(__name__)
@@ -131,11 +140,16 @@ class CalibrationItems:
     """The images of a set as NNCF data items, ``{input name: float32 [1, C, H, W]}``, read through the set's reader at
     each iteration (NNCF iterates several times: statistics, then bias correction). ``len()``: the images read."""
 
-    def __init__(self, reader: CalibrationSetReader, input_name: str) -> None:
-        self.reader, self.input_name = reader, input_name
+    def __init__(self, reader: CalibrationSetReader, input_name: str, desc: str = "nncf") -> None:
+        self.reader, self.input_name, self.desc = reader, input_name, desc
+        self.passes = 0
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        for _, x in self.reader.iter_batches():
+        """One pass over the images, reported by :func:`quantkit.progress.progress` (a count on a terminal, a line about
+        every 30 s in logs): NNCF's own bars go to stderr and say nothing in a log file."""
+        self.passes += 1
+        batches = self.reader.iter_batches()
+        for _, x in progress(batches, total=len(self.reader), desc=f"{self.desc}: pass {self.passes} over the calibration images"):
             yield {self.input_name: x}
 
     def __len__(self) -> int:
@@ -269,5 +283,20 @@ def nncf_record(q: Any, prepared: Any, model_digest: str, qdigest: str, cs_info:
     return make_record(tensors, model_digest, qdigest, cs_info, config, opset_before, opset_of(q), "static", calib, PACKAGES)
 
 
-__all__ = ["CalibrationItems", "NncfArguments", "activations_to_uint8", "call_nncf", "nncf_arguments", "nncf_record", "prepare",
+class NncfEngine(Engine):
+    """``quantize.engine: nncf``: :func:`quantize_nncf` (NNCF reads the set itself: no checkpoint)."""
+
+    name = "nncf"
+
+    def check(self, config: Any, calibration_set: Any, checkpoint: Any) -> None:
+        if checkpoint is not None:
+            raise UnsupportedOptionError("--checkpoint: NNCF's engine keeps no calibration checkpoint; drop it or set engine: ort")
+
+    def write(self, job: StaticJob) -> CalibrationRecord:
+        return quantize_nncf(job.model, job.model_path, job.note, job.config, job.calibration_set, job.out)
+
+
+register_engine(NncfEngine())
+
+__all__ = ["CalibrationItems", "NncfEngine", "NncfArguments", "activations_to_uint8", "call_nncf", "nncf_arguments", "nncf_record", "prepare",
            "quantize_nncf", "require_nncf", "write_nncf_model"]

@@ -27,7 +27,7 @@ faster), at equal or lower agreement. A likely cause (not verified in OpenVINO's
 residual Add keeps the CPU plugin from fusing the Add into the Conv as a sum post-op.
 
 A recipe is data (:class:`PlacementRecipe`); :func:`plan_placement` applies one to a model and returns the op types,
-the nodes to keep out and the op types whose outputs stay float, which :mod:`.adapter` hands to ORT as
+the nodes to keep out and the op types whose outputs stay float, which :mod:`.ort_bridge` hands to ORT as
 ``op_types_to_quantize``, ``nodes_to_exclude`` and ``OpTypesToExcludeOutputQuantization``. Every recipe shares the
 calibrated ranges of one calibration: calibration always covers the ``ort`` recipe's tensors (a superset).
 This module reads the ONNX graph only; it imports neither ONNX Runtime nor OpenVINO.
@@ -119,6 +119,30 @@ def placement_recipe(name: str) -> PlacementRecipe:
     if name not in PLACEMENTS:
         raise ConfigError(f"placement: {name!r} is not a known recipe; use one of {', '.join(sorted(PLACEMENTS))}")
     return PLACEMENTS[name]
+
+
+#: Placements an engine other than ``ort`` applies itself: with ``engine: nncf``, ``nncf`` and ``openvino`` (quantkit's
+#: ``openvino`` recipe follows NNCF's CPU setup, so NNCF's own file is that placement) give NNCF's file.
+OWN_PLACEMENTS: dict[str, frozenset[str]] = {"nncf": frozenset({"nncf", "openvino"})}
+
+
+def target_engine(engine: str, runtime: str, placement: str) -> tuple[str, str]:
+    """``(engine, placement)`` of the file for runtime ``runtime`` (``targets.<runtime>.placement``) when the model's
+    ``quantize.engine`` is ``engine``: the engine's own file for a placement it applies itself (:data:`OWN_PLACEMENTS`),
+    else ORT's quantizer with that placement on the engine's ranges (:func:`quantkit.quantize.reuse.quantize_with_ranges`).
+
+    Raises:
+        ConfigError: an unknown placement, or one only another engine applies (the message names the one key to change).
+    """
+    recipe = PLACEMENTS.get(placement)
+    if recipe is None:
+        raise ConfigError(f"targets.{runtime}.placement: {placement!r} is not a known recipe; use one of {', '.join(sorted(PLACEMENTS))}")
+    if placement in OWN_PLACEMENTS.get(engine, ()):
+        return engine, engine
+    if recipe.engine != "ort":
+        raise ConfigError(f"targets.{runtime}.placement: {placement} is engine {recipe.engine}'s own placement and quantize.engine is "
+                          f"{engine}; set quantize.engine: {recipe.engine} (for one model: models.<name>.quantize.engine)")
+    return "ort", placement
 
 
 @dataclasses.dataclass(frozen=True)
@@ -239,5 +263,5 @@ def plan_placement(recipe: PlacementRecipe, model: Any, op_types: Iterable[str],
     return PlacementPlan(tuple(quantized), tuple(sorted(set(excluded))), no_out)
 
 
-__all__ = ["ACTIVATION_OPS", "COMPUTE_OPS", "NNCF", "OPENVINO", "OPENVINO_ELTWISE", "ORT", "ORT_FLOAT_DECODE", "PLACEMENTS", "decode_tail", "PlacementPlan", "PlacementRecipe", "is_paired_eltwise", "placement_recipe",
-           "plan_placement", "register_placement"]
+__all__ = ["ACTIVATION_OPS", "COMPUTE_OPS", "NNCF", "OPENVINO", "OPENVINO_ELTWISE", "ORT", "ORT_FLOAT_DECODE", "OWN_PLACEMENTS", "PLACEMENTS", "decode_tail", "PlacementPlan", "PlacementRecipe", "is_paired_eltwise", "placement_recipe",
+           "plan_placement", "register_placement", "target_engine"]

@@ -54,7 +54,7 @@ class OrtRuntime(Runtime):
         execution_order: ORT's ``SessionOptions.execution_order``: ``"default"`` or ``"priority_based"``
             (Kahn's order: measured on ORT 1.32, a node that only reads a tensor runs soon after the tensor is
             written, where the default order may run it at the end and keep the tensor alive until then;
-            :class:`quantkit.quantize.tap.ExtremaSession`).
+            :class:`quantkit.quantize.calibration.tap.ExtremaSession`).
 
     Raises:
         ConfigError: an unknown optimization level or execution order.

@@ -69,6 +69,7 @@ def likely_causes(record: CalibrationRecord, compared_on: SetRef | None = None) 
         causes.append(LikelyCause(
             "collapsed_outputs", f"output {c['tensor']!r}: {len(c['channels'])} of {c['of_channels']} channels span fewer than "
             f"{c['floor']:g} quantization steps{more}",
+            f"set quantize.{c['fix']} (the decode tail after the last Conv in float)" if c.get("fix") else
             f"keep its producer in float (quantize.nodes_to_exclude) or set quantize.tensor_overrides.{c['tensor']}.quant_type: uint16"))
     else:
         causes.append(LikelyCause(

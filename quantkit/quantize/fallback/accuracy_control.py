@@ -41,10 +41,19 @@ from ...artifacts.fallback import FallbackResult, KeptNode, Round
 from ...calibset import CalibrationSetReader
 from ...errors import ConfigError
 from ...modelio import check_one_image_batch, opset_of
+from ...progress import Ticker
 from ...runner import OrtRunner
 from ..config import StaticQuantConfig
 from ..files import MODEL_FILE, RECORD_FILE, load_intake, load_set, set_ref
-from ..nncf_engine import CalibrationItems, call_nncf, nncf_arguments, nncf_record, prepare, require_nncf, write_nncf_model
+from ..nncf_engine import (
+    CalibrationItems,
+    call_nncf,
+    nncf_arguments,
+    nncf_record,
+    prepare,
+    require_nncf,
+    write_nncf_model,
+)
 from .candidates import ReferenceData, Scorer, load_references
 from .config import FallbackConfig
 from .graph import islands, transitions
@@ -68,10 +77,11 @@ class Validation:
     """NNCF's validation function over :class:`ReferenceData`: ``(worst-set metric, per-item metrics)`` of a model
     on the items it is given, each item found among the reference images by the digest of its input array."""
 
-    def __init__(self, refs: ReferenceData, metric: Metric) -> None:
+    def __init__(self, refs: ReferenceData, metric: Metric, ticker: Ticker | None = None) -> None:
         self.refs, self.metric = refs, metric
         self.where = {_key(x): (s, i) for s, xs in enumerate(refs.feeds) for i, x in enumerate(xs)}
         self.calls = 0
+        self.ticker = ticker  # every image validated counts (NNCF calls this many times, on all or some images)
 
     def items(self) -> list[dict[str, np.ndarray]]:
         """Every reference image as an NNCF data item, set after set."""
@@ -90,6 +100,8 @@ class Validation:
                 refs.append(ref)
                 gots.append(got)
                 each.append(float(self.metric([ref], [got])))
+                if self.ticker is not None:
+                    self.ticker.update()
         worst = min(float(self.metric(a, b)) for a, b in per_set.values())
         return worst, each
 
@@ -151,7 +163,8 @@ def nncf_accuracy_control(intake: str | Path, config: FallbackConfig, quantize_c
     reader = CalibrationSetReader(cset, note.preprocessing, batch_size=1)
     args = nncf_arguments(quantize_config, prepared, len(reader))
     reader.set_range(0, args.subset_size)
-    validation = Validation(refs, metric)
+    ticker = Ticker(desc=f"nncf accuracy control ({sum(len(x) for x in refs.feeds)} reference images a full validation)", unit="img")
+    validation = Validation(refs, metric, ticker)
     scorer = Scorer(refs, metric, config.target, early_stop=False)
     digest = sha256_file(model_path)
     with tempfile.TemporaryDirectory(prefix="quantkit-nncf-ac-") as work_s:
@@ -163,7 +176,8 @@ def nncf_accuracy_control(intake: str | Path, config: FallbackConfig, quantize_c
                 prepared, n.Dataset(CalibrationItems(reader, note.preprocessing.input_name)), n.Dataset(validation.items()), validation,
                 max_drop=1.0 - config.target, drop_type=n.DropType.ABSOLUTE, advanced_accuracy_restorer_parameters=restorer, **args.kwargs(n))
 
-        final = call_nncf(run, model_path)
+        with ticker:
+            final = call_nncf(run, model_path)
         base = onnx.load(str(work / "intermediate_model.onnx"))
         (work / "base").mkdir()
         (work / "final").mkdir()

@@ -6,7 +6,7 @@
   metric's ``upper_bound`` (:mod:`.metric`) already is.
 * :class:`Builder`: re-quantizes the float model with ``kept`` promoted from the base record's calibrated
   ranges (no calibration images are read again; ORT's ``quantize_static`` runs on cached ranges,
-  :func:`quantkit.quantize.engine._static` with a record, as ``quantkit record replay`` does).
+  :func:`quantkit.quantize.engine.write_static` with a record, as ``quantkit record replay`` does).
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from typing import Any
 
 import numpy as np
 
+from ...artifacts.fallback import Round
 from ...artifacts.record import CalibrationRecord, SetRef
 from ...errors import ConfigError
 from ...runner import OrtRunner
 from ..config import StaticQuantConfig, TensorOverride
 from .graph import nodes_of_tensors, promote_tensors, transitions
 from .metric import Metric, Outputs
-from ...artifacts.fallback import Round
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class ReferenceData:
     def images(self) -> int:
         return sum(len(f) for f in self.feeds)
 
-    def subset(self, keep: Sequence[Sequence[int]]) -> "ReferenceData":
+    def subset(self, keep: Sequence[Sequence[int]]) -> ReferenceData:
         """The same sets with only images ``keep[s]`` (indices into set ``s``, in that order)."""
         def pick(rows: list[list[Any]]) -> list[list[Any]]:
             return [[row[i] for i in idx] for row, idx in zip(rows, keep)] if rows else []
@@ -193,14 +193,14 @@ class Builder:
         return c.replace(nodes_to_exclude=sorted(excl))
 
     def build(self, kept: Sequence[str], units: str) -> tuple[Path, CalibrationRecord]:
-        from ..engine import _static
+        from ..engine import RangeSource, write_static
 
         self.count += 1
         d = self.workdir / f"candidate{self.count:03d}"
         d.mkdir(parents=True)
         nodes = kept if units == "nodes" else nodes_of_tensors(self.model, kept)
-        rec = _static(self.float_model(nodes), self.model_path, self.note, self.config_for(kept, units), None, d, None, self.base,
-                      replay_scales=False)
+        rec = write_static(self.float_model(nodes), self.model_path, self.note, self.config_for(kept, units),
+                           RangeSource(record=self.base, replay_scales=False), d)
         return d, rec
 
 

@@ -12,20 +12,27 @@ from typing import Any
 
 from ..._io import atomic_output_dir, output_lock, sha256_file
 from ..._overwrite import check_output_dir, set_folder
+from ...artifacts.fallback import FallbackResult, KeptNode, LatencyRow
 from ...artifacts.record import CalibrationRecord
 from ...errors import ConfigError, ModelError
 from ...modelio import check_one_image_batch
 from ...progress import progress
+from ...runtimes.latency import measure_latency
 from ..config import StaticQuantConfig
 from .candidates import Builder, Prober, ReferenceData, Scorer, load_references
+from .choose import Candidate, final_candidate, pick
 from .config import FallbackConfig
 from .graph import check_names, islands, named_copy, nodes_of_tensors, transitions
-from ...runtimes.latency import measure_latency
-from .metric import Metric, agreement_metric, describe
-from ...artifacts.fallback import FallbackResult, KeptNode, LatencyRow
-from .choose import Candidate, final_candidate, pick
 from .holdout import figures, measure_sets, split_references
-from .search import prune_window, rank_sensitivity, sqnr_search, window_family, window_rounds, window_search
+from .metric import Metric, agreement_metric, describe
+from .search import (
+    prune_window,
+    rank_sensitivity,
+    sqnr_search,
+    window_family,
+    window_rounds,
+    window_search,
+)
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +43,7 @@ LATENCY_IMAGES = 4
 def _base(intake: Path, model: Any, model_path: Path, note: Any, digest: str, work: Path, base: str | Path | None,
           quantize_config: StaticQuantConfig | None, calibration_set: Any) -> tuple[Path, CalibrationRecord, StaticQuantConfig]:
     """The 8-bit model the search starts from: ``base`` (a quantize output folder) or a fresh quantization."""
-    from ..engine import MODEL_FILE, _static
+    from ..engine import MODEL_FILE, RangeSource, write_static
 
     if base is not None:
         if quantize_config is not None:
@@ -58,7 +65,7 @@ def _base(intake: Path, model: Any, model_path: Path, note: Any, digest: str, wo
         raise ConfigError("fallback: give a quantized base folder (--base) or a calibration set to quantize on")
     d = work / "base"
     d.mkdir()
-    rec = _static(model, model_path, note, quantize_config, calibration_set, d, None, None)
+    rec = write_static(model, model_path, note, quantize_config, RangeSource(calibration_set), d)
     return d / MODEL_FILE, rec, quantize_config
 
 

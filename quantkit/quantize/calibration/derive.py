@@ -7,7 +7,7 @@ non-decreasing ``f``, ``min f(x) = f(min x)`` bit for bit, when ``f`` is compute
 operation ORT's kernel performs on each element (and the other way round for a decreasing ``f``, e.g. a negative
 factor). On the PP-OCR detector 199 of 331 calibrated tensors (425 of 696 MB per image at 640x640) are such
 tensors (hard-swish's ``+3``, ``Clip(0, 6)`` and ``/6``; ReLUs; scalar scalings). MinMax calibration then reads
-only the others; :class:`~quantkit.quantize.minmax.MinMaxState` checks every derivation against the tensor
+only the others; :class:`~quantkit.quantize.calibration.minmax.MinMaxState` checks every derivation against the tensor
 itself on the first image and keeps only those that agree bit for bit (sign of zero included), so an ORT kernel
 that rounds differently (say, division by multiplication with the reciprocal) costs speed, never exactness.
 """

@@ -1,8 +1,8 @@
 """Calibration checkpoints: plain arrays in one ``.npz`` file, keyed by everything the state depends on.
 
-A checkpoint holds a calibration state (:meth:`to_arrays` of :class:`~quantkit.quantize.minmax.MinMaxState`,
-:class:`~quantkit.quantize.histogram.HistogramState` or
-:class:`~quantkit.quantize.fine_histogram.FineHistogramState`), the pass and the number of batches done, and
+A checkpoint holds a calibration state (:meth:`to_arrays` of :class:`~quantkit.quantize.calibration.minmax.MinMaxState`,
+:class:`~quantkit.quantize.calibration.histogram.HistogramState` or
+:class:`~quantkit.quantize.calibration.fine_histogram.FineHistogramState`), the pass and the number of batches done, and
 its :class:`CheckpointKey`: the float model's digest, the calibration set id, the config hash and the
 onnxruntime / numpy / quantkit versions. Loading never unpickles (``np.load(allow_pickle=False)``); a file
 that is unreadable or was made under another key is ignored with one log line naming what differs, and
@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from .._io import atomic_write_bytes
-from .._overwrite import FileKind
-from ..versions import tool_versions
+from ..._io import atomic_write_bytes
+from ..._overwrite import FileKind
+from ...versions import tool_versions
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ tensors in parallel on a thread pool (:func:`fold_threads`):
 * Distribution, and Entropy with ``num_quantized_bins < num_bins``: two streaming passes on ORT's one-call
   bins (:class:`~.histogram.HistogramState`); exact.
 
-ORT's own code turns the states into ranges (:mod:`.adapter`: ``compute_collection_result`` and the MinMax
+ORT's own code turns the states into ranges (:mod:`..ort_bridge`: ``compute_collection_result`` and the MinMax
 formulas). Peak memory: one inference's tensors (in reused buffers; MinMax-like: only its graph outputs) plus a
 fixed number of counts per tensor.
 The calibration session runs with graph optimizations off, as ORT's calibrators' do (``calibration_graph: exact``),
@@ -49,17 +49,17 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ..errors import CalibrationSetError, ConfigError, ModelError
-from ..progress import progress
-from ..runtimes.base import checked_thread_count
-from . import adapter
+from ...errors import CalibrationSetError, ConfigError, ModelError
+from ...progress import progress
+from ...runtimes.base import checked_thread_count
+from .. import ort_bridge
+from ..config import StaticQuantConfig
+from ..outputs import ChannelRange, OutputChannels
 from . import checkpoint as ckpt
-from .config import StaticQuantConfig
 from .derive import derivations
 from .fine_histogram import FineHistogramState
 from .histogram import HistogramState
 from .minmax import MinMaxState
-from .outputs import ChannelRange, OutputChannels
 from .reading import State, TensorReader
 
 log = logging.getLogger(__name__)
@@ -128,14 +128,14 @@ def fold_threads() -> int:
     return max(1, min(8, os.cpu_count() or 1))
 
 
-def _minmax_like(params: adapter.CalibratorParams) -> bool:
+def _minmax_like(params: ort_bridge.CalibratorParams) -> bool:
     return params.method == "minmax" or (params.method == "entropy" and params.num_quantized_bins >= params.num_bins)
 
 
-def make_state(params: adapter.CalibratorParams, names: list[str], derivations: dict[str, Any] | None = None,
+def make_state(params: ort_bridge.CalibratorParams, names: list[str], derivations: dict[str, Any] | None = None,
                arrays: dict[str, np.ndarray] | None = None, batches: int = 1000) -> State:
     """The state that reproduces ``params``' calibrator (see the module docstring), empty or rebuilt from a
-    checkpoint's ``arrays``. ``derivations``: :func:`quantkit.quantize.derive.derivations` (MinMax-like only);
+    checkpoint's ``arrays``. ``derivations``: :func:`quantkit.quantize.calibration.derive.derivations` (MinMax-like only);
     ``batches``: how many batches the calibration will read (Percentile sizes its pinned tails by it)."""
     if _minmax_like(params):
         if arrays is not None:
@@ -217,15 +217,15 @@ class _Pass:
         return len(starts)
 
 
-def _ranges(plan: adapter.CalibrationPlan, state: State, dynamic: set[str]) -> tuple[Any, tuple[str, ...]]:
+def _ranges(plan: ort_bridge.CalibrationPlan, state: State, dynamic: set[str]) -> tuple[Any, tuple[str, ...]]:
     """ORT ``TensorsData`` from the final state, and the tensors never seen; marks tensors derived from a
     variable-shaped one as variable-shaped (in ``dynamic``)."""
     if isinstance(state, MinMaxState) and plan.params.method == "entropy":
-        ranges = adapter.histogram_ranges(plan.params, state.entropy_histograms(plan.params.num_bins))
+        ranges = ort_bridge.histogram_ranges(plan.params, state.entropy_histograms(plan.params.num_bins))
     elif isinstance(state, MinMaxState):
-        ranges = adapter.minmax_ranges(state.pairs(plan.params.symmetric))
+        ranges = ort_bridge.minmax_ranges(state.pairs(plan.params.symmetric))
     else:
-        ranges = adapter.histogram_ranges(plan.params, state.histogram_dict())
+        ranges = ort_bridge.histogram_ranges(plan.params, state.histogram_dict())
     if isinstance(state, MinMaxState):
         for t, d in state.derived.items():
             if d.source in dynamic:
@@ -233,7 +233,7 @@ def _ranges(plan: adapter.CalibrationPlan, state: State, dynamic: set[str]) -> t
     return ranges, tuple(n for n in plan.tensors if state.extremes(n) is None)
 
 
-def _entropy_warning(params: adapter.CalibratorParams, state: State, ranges: Any) -> str | None:
+def _entropy_warning(params: ort_bridge.CalibratorParams, state: State, ranges: Any) -> str | None:
     """A warning when Entropy gave every tensor exactly its MinMax range (issue 17: the default bins do)."""
     if params.method != "entropy" or not ranges.data:
         return None
@@ -271,7 +271,7 @@ def collect_ranges(
         workdir: scratch folder for the tap model.
         op_types: op types whose tensors are calibrated (what ``quantize_static`` passes); default ORT's.
         checkpoint: ``.npz`` file to save state to and resume from; None (or no ``key``) = no checkpointing.
-        key: identity of the run (:class:`quantkit.quantize.checkpoint.CheckpointKey`); a checkpoint under
+        key: identity of the run (:class:`quantkit.quantize.calibration.checkpoint.CheckpointKey`); a checkpoint under
             another key is ignored (logged).
         outputs: ``{graph output: channel axes}`` whose per-channel FP32 ranges to collect
             (:func:`quantkit.quantize.outputs.channel_axes`; only calibrated tensors are read).
@@ -291,7 +291,7 @@ def collect_ranges(
     where = str(getattr(getattr(reader, "cset", None), "root", "calibration set"))
     if n_batches == 0:
         raise CalibrationSetError(f"{where}: no images to calibrate on; add images and register the set again")
-    plan = adapter.calibration_plan(model_path, config, op_types or adapter.default_op_types("qdq"), workdir)
+    plan = ort_bridge.calibration_plan(model_path, config, op_types or ort_bridge.default_op_types("qdq"), workdir)
     derivs = derivations(onnx.load(str(plan.tap_model), load_external_data=False), plan.tensors) if _minmax_like(plan.params) else None
     state: State = make_state(plan.params, list(plan.tensors), derivs, batches=n_batches)
     key = dataclasses.replace(key, state=type(state).__name__) if key is not None else None
@@ -309,7 +309,7 @@ def collect_ranges(
     resumed = done + (n_batches if pass_no == 2 else 0)
     save = _Saver(Path(checkpoint) if checkpoint is not None else None, key, state, channels, dynamic)
     chunk_batches = max(1, config.calibration_chunk_size // bs)
-    with adapter.quiet_ort(), _pool(fold_threads()) as pool:
+    with ort_bridge.quiet_ort(), _pool(fold_threads()) as pool:
         while True:
             desc = f"calibrate {config.method}" + (f" pass {pass_no}" if pass_no > 1 else "")
             step = _Pass(reader, plan.tap_model, n_batches, chunk_batches, where, desc, CALIBRATION_LEVELS[config.calibration_graph],

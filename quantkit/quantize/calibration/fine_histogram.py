@@ -5,7 +5,7 @@ same thresholds in one streaming pass that reads most elements only to update ``
 counted in full for the first image and in the tails only afterwards, rebinned at the end onto ORT's one-call
 edges. Entropy with ``num_quantized_bins >= num_bins`` (ORT's defaults): exact, bit for bit. Percentile:
 within the tolerance stated in the class docstring, checked per tensor; a tensor whose check fails is
-recounted exactly by a second pass over that tensor only (:class:`~quantkit.quantize.histogram.HistogramState`).
+recounted exactly by a second pass over that tensor only (:class:`~quantkit.quantize.calibration.histogram.HistogramState`).
 Measured on the PP-OCR detector at 640x640, 8 images: percentile 316 of 331 tensors bit for bit, the others
 one ORT bin away; entropy 331 of 331.
 
@@ -38,7 +38,7 @@ class FineHistogramState:
     sets cut-offs holding ``tail`` of its elements per side (``max(TAIL, 100 x`` the fraction the percentile
     cuts``)``, all elements when that reaches 1/2); later batches add to the fine grid only the elements beyond the
     cut-offs (``x <= lo`` or ``x >= hi``; absolute ``|x| >= c``) and count the rest as one number, so that only
-    the rows holding tail elements need leave ONNX Runtime (:meth:`fold_tails`, :mod:`quantkit.quantize.reading`).
+    the rows holding tail elements need leave ONNX Runtime (:meth:`fold_tails`, :mod:`quantkit.quantize.calibration.reading`).
     At the end the fine bins wholly beyond the cut-offs are exact; the others' mass is lumped into the first bin
     inside them. No threshold depends on where the cut-offs lie while the check below holds (the cumulative counts
     at edges beyond them are exact either way); cut-offs nearer the tail make it fail (a recount) when the later
@@ -54,7 +54,7 @@ class FineHistogramState:
       one-call threshold; the clip to the exact ``[min, max]`` is ORT's. ``unresolved`` checks, per tensor, that
       the chosen edge lies at least ``2 (ORT bin + w)`` inside the exact region (so the bound applies); a tensor
       that fails (its tails grew far heavier after the first batch) is recounted exactly by a second pass
-      (``repair``, a :class:`~quantkit.quantize.histogram.HistogramState` for those tensors only). Measured on PP-OCR (tests): 0 ulp
+      (``repair``, a :class:`~quantkit.quantize.calibration.histogram.HistogramState` for those tensors only). Measured on PP-OCR (tests): 0 ulp
       for all but a few tensors.
     * entropy with ``num_quantized_bins >= num_bins`` (ORT's defaults, 128/128): the only candidate is
       ``(-t, t)`` clipped to ``[min, max]``, built from exact values: bit for bit equal to ORT. As no count
@@ -204,7 +204,7 @@ class FineHistogramState:
         return cut[0], cut[1], False
 
     def fold_tails(self, name: str, mn: Any, mx: Any, size: int, rows: Any, amin: Any = None) -> None:
-        """Fold one batch's tensor read by its tails (:class:`quantkit.quantize.tap.ExtremaSession`): exact ``mn`` /
+        """Fold one batch's tensor read by its tails (:class:`quantkit.quantize.calibration.tap.ExtremaSession`): exact ``mn`` /
         ``mx`` (0-d, data dtype), element count ``size``, ``rows`` (any shape) holding at least every element beyond
         :meth:`cut_for_tails`' cut-offs, ``amin`` (``min |x|``) where that asked for it. The state :meth:`update` gives
         on the whole tensor, bit for bit (the same elements selected: ``|x| >= c`` is ``x >= c or x <= -c``). The
@@ -315,7 +315,7 @@ class FineHistogramState:
                 bad.append(name)
         return bad
 
-    # -- the pass interface of quantkit.quantize.calibrate -----------------------------------------------------
+    # -- the pass interface of quantkit.quantize.calibration.calibrate -----------------------------------------------------
     def pass_names(self, pass_no: int) -> list[str]:
         """Pass 1 reads every tensor; pass 2 only those being recounted exactly (``repair``)."""
         if pass_no == 1:
@@ -342,7 +342,7 @@ class FineHistogramState:
         return True
 
     def settle(self) -> None:
-        """After an image: nothing to do (the pass interface of :mod:`quantkit.quantize.calibrate`)."""
+        """After an image: nothing to do (the pass interface of :mod:`quantkit.quantize.calibration.calibrate`)."""
 
     def extremes(self, name: str) -> tuple[Any, Any] | None:
         """Exact ``(min, max)`` seen for ``name`` (data dtype), or None when it was never seen."""

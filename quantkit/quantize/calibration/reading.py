@@ -1,6 +1,6 @@
 """Reading one inference's calibrated tensors into a calibration state (:mod:`.calibrate`'s inner loop).
 
-Three ways, by state (:func:`quantkit.quantize.calibrate.make_state`):
+Three ways, by state (:func:`quantkit.quantize.calibration.calibrate.make_state`):
 
 * MinMax-like (:class:`~.minmax.MinMaxState`): each tensor's minimum and maximum reduced inside ONNX Runtime
   (:class:`~.tap.ExtremaSession`, as ORT's ``MinMaxCalibrater`` does), the graph outputs whole; no tensor is read
@@ -31,10 +31,10 @@ from typing import Any
 
 import numpy as np
 
+from ..outputs import OutputChannels
 from .fine_histogram import FineHistogramState
 from .histogram import HistogramState
 from .minmax import MinMaxState
-from .outputs import OutputChannels
 from .tap import Cut, ExtremaSession, TapSession
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """Reading every calibrated tensor of one inference: the tap model run with output binding.
 
 The tap model is the float model with every calibrated tensor also marked as a graph output (what ONNX
-Runtime's histogram calibrators run; :func:`quantkit.quantize.adapter.calibration_plan` writes it). Layer-wise
+Runtime's histogram calibrators run; :func:`quantkit.quantize.ort_bridge.calibration_plan` writes it). Layer-wise
 reading is an ordinary run with more outputs (Polygraphy's ``ModifyOutputs``), here through ORT's
 ``IOBinding`` into buffers allocated once, so that an image's few hundred intermediate outputs (about 700 MB
 for the PP-OCR detector at 640x640) are not allocated, page-faulted and freed again for every image.
@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from ..runner import OrtRunner
+from ...runner import OrtRunner
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ calibrated tensor and runs that model once per image; ``compute_data`` then take
 per-image minima and ``np.nanmax`` of the maxima (``moving_average``: ``np.nanmean`` of both), and makes the
 pair symmetric with ``np.nanmax([|min|, |max|])`` when asked. :class:`MinMaxState` folds the same per-image
 minima and maxima, from the same ``ReduceMin`` / ``ReduceMax`` run inside ORT (:meth:`MinMaxState.fold_extremes`,
-:class:`quantkit.quantize.tap.ExtremaSession`), or from a tensor read whole (:meth:`MinMaxState.fold`: reduced in
+:class:`quantkit.quantize.calibration.tap.ExtremaSession`), or from a tensor read whole (:meth:`MinMaxState.fold`: reduced in
 numpy block by block, so that the minimum and the maximum of a block are taken while it is in cache). Minimum and
 maximum are exact operations, so the ranges equal ORT's bit for bit (tests compare them), with two documented
 differences:
@@ -77,7 +77,7 @@ class MinMaxState:
     Args:
         names: calibrated tensors.
         moving_average: keep every image's min/max for ORT's ``np.nanmean`` (``CalibMovingAverage``).
-        derivations: candidates from :func:`quantkit.quantize.derive.derivations`; checked on the first image.
+        derivations: candidates from :func:`quantkit.quantize.calibration.derive.derivations`; checked on the first image.
     """
 
     passes = 1

@@ -77,7 +77,7 @@ class HistogramState:
         return pass_no == 1 and bool(self.stats)
 
     def settle(self) -> None:
-        """After an image: nothing to do (the pass interface of :mod:`quantkit.quantize.calibrate`)."""
+        """After an image: nothing to do (the pass interface of :mod:`quantkit.quantize.calibration.calibrate`)."""
 
     def observe(self, name: str, arr: Any) -> None:
         """Pass 1: fold one batch's tensor into the running ``[min, max, min|x|, max|x|]`` (NaN ignored, as ``np.nanmin``)."""
