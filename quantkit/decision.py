@@ -22,6 +22,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
+from .drift.advice import CAUSES
+
 KEEP, SWITCH, SWITCH_ON, REVIEW, WATCH = "keep deployed", "switch to candidate", "switch on runtime", "needs review", "watch"
 DECISIONS = (KEEP, SWITCH, SWITCH_ON, REVIEW, WATCH)
 """Every decision; ``switch on runtime`` names its runtimes in :attr:`Decision.runtimes`."""
@@ -151,6 +153,8 @@ class Evidence:
     runtimes: tuple[RuntimeEvidence, ...] = ()
     candidate: str | None = None
     overall: Paired | None = None
+    green: float = AgreementPolicy.green
+    """The policy's green line (:attr:`AgreementPolicy.green`): a site set below it is named by its agreement alone."""
 
 
 def _names(items: Sequence[str]) -> str:
@@ -202,6 +206,12 @@ class Facts:
         return [s for s in self.bad if s.candidate is not None and s.candidate_ok and s.name not in worse]
 
     @property
+    def improves(self) -> list[SiteEvidence]:
+        """Site sets where the candidate is materially closer to FP32 (paired interval above 0) without being a fix."""
+        fixes = {s.name for s in self.fixes}
+        return [s for s in self.e.sites if s.paired is not None and s.paired.better and s.name not in fixes]
+
+    @property
     def switch_ok(self) -> bool:
         """The candidate is green everywhere, worse nowhere, and fixes a site set or is closer over all of them."""
         return (self.has_candidate and not self.worse and not self.cand_bad
@@ -227,7 +237,7 @@ class Facts:
     def agreement(self, s: SiteEvidence, role: str = "deployed") -> str:
         v = s.deployed if role == "deployed" else s.candidate
         ok, change = (s.deployed_ok, s.deployed_change) if role == "deployed" else (s.candidate_ok, s.candidate_change)
-        count = "" if ok or abs(change) < 1e-9 else f", {self.e.item} per image {100 * change:+.0f}% vs FP32"
+        count = "" if ok or abs(change) < 1e-9 or v < self.e.green else f", {self.e.item} per image {100 * change:+.0f}% vs FP32"
         return f"{s.name} ({self.e.metric} {v:.2f}{count})"
 
     def disagrees(self) -> str:
@@ -272,6 +282,7 @@ RULES: tuple[Rule, ...] = (
         f"The candidate (calibrated on {f.e.candidate}) is significantly worse on "
         + _names([f"{s.name} ({s.paired.words()})" if s.paired else f.agreement(s, 'candidate') for s in f.worse])
         + (f" though it fixes {_names([s.name for s in f.fixes])}" if f.fixes else "")
+        + (f"{' and' if f.fixes else ' though it'} improves {_names([s.name for s in f.improves])}" if f.improves else "")
         + ": compose a calibration set that covers every condition."]),
     Rule("candidate-does-not-fix", lambda f: bool(f.bad) and f.has_candidate and bool(f.cand_bad), REVIEW, lambda f: [
         f.disagrees(),
@@ -357,15 +368,21 @@ def decide(evidence: Evidence, rules: Sequence[Rule] = RULES) -> Decision:
     return Decision(deciding.decision, deciding.name, tuple(reasons), runtimes, excluded)  # type: ignore[arg-type]
 
 
-def site_words(held: bool, moved: bool, cause: str, action_badge: str) -> tuple[str, str]:
-    """``(words, css class)`` for one site set's images, read with whether the deployed model's agreement held: the shift
-    report's "what changed in the images" and the same words as the fleet check for a camera whose agreement held."""
+MOVED_AWAY = CAUSES["covered"][0]
+"""The words for images that moved while agreement held: the shift report's drift labels, the fleet check's "watch"
+cameras and ``quantkit drift`` (through :data:`quantkit.drift.advice.CAUSES` ``covered``)."""
+
+
+def site_words(held: bool, moved: bool, badge: str) -> tuple[str, str]:
+    """``(words, css class)`` for one site set's (or camera's) images, read with whether the deployed model's agreement held
+    and the cause -> action table's badge: "no change"; "changed: watch (...)" when agreement held and nothing is at fault;
+    else "changed: <badge>" (e.g. "changed: check camera", "changed: recalibrate")."""
     if not moved:
         return "no change", "green"
-    if held:
+    if badge == "watch":
         return "changed: watch (the images moved away from the calibration set; agreement held)", "neutral"
-    return f"changed: {action_badge}", "red"
+    return f"changed: {badge}", "amber" if held else "red"
 
 
 __all__ = ["AgreementPolicy", "DECISIONS", "DEPLOYS", "Decision", "Evidence", "FIRST_SCREEN", "Facts", "Paired", "RULES", "Rule",
-           "RuntimeEvidence", "SiteEvidence", "decide", "site_words"]
+           "MOVED_AWAY", "RuntimeEvidence", "SiteEvidence", "decide", "site_words"]

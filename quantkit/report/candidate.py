@@ -40,10 +40,20 @@ def _where(fb: Any) -> str:
 
 
 def node_lines(fb: Any, limit: int = MAX_NODES) -> list[str]:
-    """``name (op type): reason`` for the first ``limit`` kept nodes, then how many more."""
-    lines = [f"{k.name} ({k.op_type}): {k.reason}" for k in fb.kept[:limit]]
+    """One line per reason, the nodes kept for it grouped: ``8 nodes: <reason> (conv1 (Conv), ...)``, the first ``limit``
+    names listed over all lines, then how many more."""
+    groups: dict[str, list[str]] = {}
+    for k in fb.kept:
+        groups.setdefault(k.reason, []).append(f"{k.name} ({k.op_type})")
+    lines, shown = [], 0
+    for reason, nodes in groups.items():
+        names = nodes[:max(limit - shown, 0)]
+        shown += len(names)
+        more = f", ... {len(nodes) - len(names)} more" if len(nodes) > len(names) else ""
+        head = f"{len(nodes)} nodes, same reason" if len(nodes) > 1 else "1 node"
+        lines.append(f"{head}: {reason}" + (f" ({', '.join(names)}{more})" if names else f" ({len(nodes)} not listed)"))
     if len(fb.kept) > limit:
-        lines.append(f"... and {len(fb.kept) - limit} more (fallback.json lists every node and why)")
+        lines.append(f"{len(fb.kept) - limit} nodes not named here (fallback.json lists every node and why)")
     return lines
 
 
@@ -77,6 +87,12 @@ def deploy_commands(name: str, candidate: Path, thresholds: Path, fb: Any, site_
             f"quantkit verify {dist} --fp32 {work / 'intake'}{sites} --params params.yaml --out {work / 'verify-candidate.json'}"]
 
 
+def _deploys(m: Any) -> bool:
+    """Whether the model's decision is to deploy the candidate (commands are shown under no other decision)."""
+    choice = getattr(m, "choice", None)
+    return choice is not None and choice.deploys
+
+
 def section(m: Any, show_latency: bool = True) -> dict[str, list[str]]:
     """``{"summary", "nodes", "latency", "deploy"}`` text lines for a model report with a fallback result."""
     fb = m.fallback
@@ -90,7 +106,9 @@ def markdown(m: Any, show_latency: bool = True) -> list[str]:
         return []
     s = section(m, show_latency)
     lines = ["### The candidate (precision fallback)", "", *s["summary"], "", "Kept in float, and why:", ""]
-    lines += [f"- {x}" for x in s["nodes"]] + [""] + [f"- {x}" for x in s["latency"]] + ["", "To deploy it:", "", "```bash", *s["deploy"], "```", ""]
+    lines += [f"- {x}" for x in s["nodes"]] + [""] + [f"- {x}" for x in s["latency"]] + [""]
+    if _deploys(m):  # commands only under a decision to deploy
+        lines += ["To deploy it:", "", "```bash", *s["deploy"], "```", ""]
     return lines
 
 
@@ -101,10 +119,10 @@ def html(m: Any, show_latency: bool = True) -> Any:
     s = section(m, show_latency)
     items = "".join(f"<li>{escape(x)}</li>" for x in s["nodes"])
     lat = "".join(f"<li>{escape(x)}</li>" for x in s["latency"])
-    cmds = command_blocks(s["deploy"])
+    cmds = Markup("<p>To deploy it:</p>") + command_blocks(s["deploy"]) if _deploys(m) else Markup("")
     return Markup(f"<h3>The candidate (precision fallback)</h3><p>{escape(s['summary'][0])}</p>"
                   f"<details><summary>Kept in float, and why ({len(m.fallback.kept)})</summary><ul>{items}</ul></details>"
-                  f"<p>Latency:</p><ul>{lat}</ul><p>To deploy it:</p>{cmds}")
+                  f"<details><summary>Latency measured by the fallback</summary><ul>{lat}</ul></details>{cmds}")
 
 
 __all__ = ["deploy_commands", "html", "latency_lines", "markdown", "node_lines", "section", "summary_line"]
