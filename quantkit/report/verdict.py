@@ -181,9 +181,12 @@ def verification_facts(v: DeploymentVerification | None, role: str = "deployed",
         else:
             ok.append(name)
     if ok:
-        what = (f"The {role} model's bundles, one per target runtime (one calibration, each runtime's own Q/DQ placement), pass"
-                if per_runtime and len(ok) > 1 else f"{bundle(ok[0])[0].upper()}{bundle(ok[0])[1:]} passes")
-        facts.insert(0, f"{what} verification on {_names(ok)}: its decisions agree with FP32 on the site sets within the bound set at binding.")
+        if per_runtime and len(ok) > 1:
+            what = (f"The {role} model's bundles, one per target runtime (one calibration, each runtime's own Q/DQ placement), pass "
+                    f"verification on {_names(ok)}")
+        else:
+            what = f"The {role} model's bundle for {ok[0]} passes verification there" if per_runtime else f"The {role} bundle passes verification on {_names(ok)}"
+        facts.insert(0, f"{what}: its decisions agree with FP32 on the site sets within the bound set at binding.")
     return concerns, facts
 
 
