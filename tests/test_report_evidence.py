@@ -176,3 +176,40 @@ def test_one_bundle_per_target_runtime_is_read_from_its_own_folder(tmp_path):
     record.write_text(record.read_text().replace('"ranges_from": "', '"ranges_from": "0'))
     with pytest.raises(BindingMismatchError, match=r"targets/openvino/quantize: its ranges are not the deployed record's"):
         build_report([targets])
+
+
+def _measured(path: Path, rows: dict[str, tuple[float, float]]) -> Path:
+    """A ``measurements.json`` (quantkit measure) with the candidate's speed per runtime: ``{runtime: (vs_deployed, vs_best_float)}``."""
+    import json
+
+    latency = [{"model": "ppocr_det", "variant": "candidate", "runtime": rt, "threads": 1, "median_ms": 10.0, "vs_fp32": 1.5,
+                "vs_deployed": d, "best_float": "fp32", "vs_best_float": b, "placement": None} for rt, (d, b) in rows.items()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"schema_version": 3, "latency": latency}))
+    return path
+
+
+def test_no_switch_where_the_candidate_is_slower_than_the_deployed_file(tmp_path):
+    """ppocr_det: the candidate agrees more closely but runs at 0.70x the deployed file on OpenVINO (below its own float
+    run): the decision switches on ONNX Runtime only, names OpenVINO, and shows deploy commands; slower everywhere: keep,
+    and no deploy commands under a keep."""
+    from quantkit.report.render import render_html, render_markdown
+
+    better = {s: {"deployed": 0.92, "candidate": 0.97} for s in BOTH_GREEN}
+    base = _model(tmp_path, quality=better)
+    inputs = ModelInputs.from_work_dir(base.eval_dir.parent, site_sets=base.site_sets,
+                                       measurements=_measured(tmp_path / "machine" / "ppocr_det" / "measurements.json",
+                                                              {"onnxruntime": (1.05, 2.0), "openvino": (0.70, 0.9)}))
+    report = build_report([inputs])
+    m = report.models[0]
+    assert (m.decision, m.label, m.choice.excluded) == ("switch on runtime", "switch on onnxruntime", ("openvino",))
+    assert m.verdict[1].startswith("Keep the deployed model on openvino: on openvino the candidate runs at 0.70x the deployed file's speed, "
+                                   "below openvino's own fp32 run (0.90x)")
+    assert any(v.startswith("To deploy it for onnxruntime only:") for v in m.verdict)
+    assert "SWITCH ON ONNXRUNTIME" in render_markdown(report) and 'class="decision">switch on onnxruntime<' in render_html(report)
+    _measured(inputs.measurements, {"onnxruntime": (0.95, 2.0), "openvino": (0.70, 0.9)})
+    report = build_report([inputs])
+    m = report.models[0]
+    assert (m.decision, m.choice.rule) == ("keep deployed", "candidate-slower-everywhere") and not m.choice.deploys
+    html = render_html(report)
+    assert not any(v.startswith("To deploy it") for v in m.verdict) and '<div class="cmd">' not in html[:html.index("<h2>At a glance")]
