@@ -6,6 +6,7 @@ import dataclasses
 from typing import ClassVar
 
 from ..config import Config
+from ..decision import AgreementPolicy
 from ..errors import ConfigError
 
 
@@ -83,6 +84,11 @@ class ReportConfig(Config):
             raise ConfigError(f"report.near_line_rise: {self.near_line_rise} must be in (0, 1]")
         if self.top_tensors < 1:
             raise ConfigError(f"report.top_tensors: {self.top_tensors} must be >= 1")
+
+    def policy(self, **stated: float) -> AgreementPolicy:
+        """This report's :class:`quantkit.decision.AgreementPolicy` (the green line and amber band stated here; ``stated``:
+        the other sections' numbers, ``floor`` = ``thresholds.min_agreement``, ``fleet_drop`` = ``fleet.check.agreement_drop``)."""
+        return AgreementPolicy(green=self.min_agreement, amber_band=self.amber_band, **stated)
 
     def status(self, agreement: float, detection_change: float) -> str:
         """``green`` / ``amber`` / ``red`` for a quantized model on one site set (see :meth:`rule`)."""

@@ -258,7 +258,7 @@ def decide_model(sites: Sequence[SiteReport], primary: MetricInfo, item: str, de
             bool(s.drift and s.drift.changed), cause(s.drift), "" if held else advice(s, metrics, cfg).sentence))
     runtimes = runtime_evidence(verification if with_verification else None, unverified, measurements)
     d = decide(Evidence(short(primary), plural(item), tuple(evidence), runtimes, candidate_cal if has_cand else None,
-                        _paired(paired) if has_cand else None, cfg.min_agreement))
+                        _paired(paired) if has_cand else None, cfg.policy().green))
     facts = ["The candidate is the deployed calibration itself: nothing to compare."] if same_calibration else []
     for s in sites:
         m = s.variant("deployed")
