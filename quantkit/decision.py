@@ -272,11 +272,11 @@ RULES: tuple[Rule, ...] = (
         f"The deployed model's bundle failed verification on {_names([r.runtime for r in f.failed])}"
         + (f" ({f.failed[0].failure})" if f.failed[0].failure else "") + ": do not ship it there until this is fixed."]),
     Rule("fp32-fails", lambda f: bool(f.fp32_fails), REVIEW, lambda f: [
-        f"FP32 itself fails on {_names([s.name for s in f.fp32_fails])} ({'; '.join(s.fp32_fails for s in f.fp32_fails)}): the model, "
-        "not the quantization, fails there; no calibration fixes it (retrain, or check the images)."]),
+        (f"FP32 itself fails on {_names([s.name for s in f.fp32_fails])} ({'; '.join(s.fp32_fails for s in f.fp32_fails)}): the model, "
+         "not the quantization, fails there; no calibration fixes it (retrain, or check the images).")]),
     Rule("fp32-blind", lambda f: bool(f.fp32_blind), REVIEW, lambda f: [
-        f"FP32 itself {'; '.join(s.fp32_blind for s in f.fp32_blind)}: agreeing with FP32 there cannot show what the model misses; "
-        "check those images or the model before trusting the agreement."]),
+        (f"FP32 itself {'; '.join(s.fp32_blind for s in f.fp32_blind)}: agreeing with FP32 there cannot show what the model misses; "
+         "check those images or the model before trusting the agreement.")]),
     Rule("candidate-worse-where-deployed-disagrees", lambda f: bool(f.bad) and f.has_candidate and bool(f.worse), REVIEW, lambda f: [
         f.disagrees(),
         f"The candidate (calibrated on {f.e.candidate}) is significantly worse on "
@@ -293,7 +293,7 @@ RULES: tuple[Rule, ...] = (
         f.disagrees(), "What to do: " + f.advice(f.bad)]),
     Rule("candidate-slower-everywhere-needed", lambda f: f.switch_ok and bool(f.bad) and bool(f.slow) and not f.fast, REVIEW, lambda f: [
         f.disagrees(),
-        f"The candidate fixes it but is slower than the deployed file on every measured runtime ("
+        "The candidate fixes it but is slower than the deployed file on every measured runtime ("
         + "; ".join(r.speed_words() for r in f.slow) + "): decide whether the accuracy is worth the speed."]),
     Rule("candidate-slower-everywhere", lambda f: f.switch_ok and bool(f.slow) and not f.fast, KEEP, lambda f: [
         f"The candidate {f.why_switch()}, but it is slower than the deployed file on every measured runtime ("
@@ -304,12 +304,11 @@ RULES: tuple[Rule, ...] = (
     Rule("switch", lambda f: f.switch_ok, SWITCH, lambda f: [
         f"Switch to the candidate (calibrated on {f.e.candidate}): {f.why_switch()}."]),
     Rule("candidate-worse", lambda f: f.has_candidate and bool(f.worse), KEEP, lambda f: [
-        "The deployed model agrees with FP32 on every site set; the candidate "
-        f"(calibrated on {f.e.candidate}) is significantly worse on "
+        f"The deployed model agrees with FP32 on every site set; the candidate (calibrated on {f.e.candidate}) is significantly worse on "
         + _names([f"{s.name} ({s.paired.words()})" if s.paired else f.agreement(s, 'candidate') for s in f.worse]) + "."]),
     Rule("watch", lambda f: bool(f.moved_held), WATCH, lambda f: [
-        f"Watch {_names([s.name for s in f.moved_held])}: the images moved away from the calibration set, but the deployed model still "
-        f"agrees with FP32 ({', '.join(f'{s.name} {f.e.metric} {s.deployed:.2f}' for s in f.moved_held)}); nothing to fix yet."]),
+        (f"Watch {_names([s.name for s in f.moved_held])}: the images moved away from the calibration set, but the deployed model still "
+         f"agrees with FP32 ({', '.join(f'{s.name} {f.e.metric} {s.deployed:.2f}' for s in f.moved_held)}); nothing to fix yet.")]),
     Rule("keep", lambda f: True, KEEP, lambda f: [
         "The deployed model agrees with FP32 on every site set ("
         + ", ".join(f"{s.name} {f.e.metric} {s.deployed:.2f}" for s in f.e.sites if s.deployed is not None) + ")."]),
@@ -317,8 +316,8 @@ RULES: tuple[Rule, ...] = (
     Rule("note-no-material-difference", lambda f: f.has_candidate and not f.bad and not f.worse and not f.switch_ok and f.e.overall is not None,
          None, lambda f: [f"No material difference with the candidate ({f.e.metric} {f.e.overall.words()}; the interval includes 0)."]),  # type: ignore[union-attr]
     Rule("note-watch", lambda f: bool(f.moved_held), None, lambda f: [
-        f"Watch {_names([s.name for s in f.moved_held])}: the images moved away from the calibration set, but the deployed model "
-        "still agrees with FP32 there."]),
+        (f"Watch {_names([s.name for s in f.moved_held])}: the images moved away from the calibration set, but the deployed model "
+         "still agrees with FP32 there.")]),
     Rule("note-unverified", lambda f: bool(f.unverified), None, lambda f: [
         f"Not verified on {_names([r.runtime for r in f.unverified])}: the deployed model's bundle has no verification there."]),
 )
@@ -384,5 +383,20 @@ def site_words(held: bool, moved: bool, badge: str) -> tuple[str, str]:
     return f"changed: {badge}", "amber" if held else "red"
 
 
-__all__ = ["AgreementPolicy", "DECISIONS", "DEPLOYS", "Decision", "Evidence", "FIRST_SCREEN", "Facts", "Paired", "RULES", "Rule",
-           "MOVED_AWAY", "RuntimeEvidence", "SiteEvidence", "decide", "site_words"]
+__all__ = [
+    "DECISIONS",
+    "DEPLOYS",
+    "FIRST_SCREEN",
+    "MOVED_AWAY",
+    "RULES",
+    "AgreementPolicy",
+    "Decision",
+    "Evidence",
+    "Facts",
+    "Paired",
+    "Rule",
+    "RuntimeEvidence",
+    "SiteEvidence",
+    "decide",
+    "site_words",
+]

@@ -4,8 +4,22 @@ from __future__ import annotations
 
 import pytest
 
-from quantkit.decision import (DEPLOYS, FIRST_SCREEN, KEEP, REVIEW, RULES, SWITCH, SWITCH_ON, WATCH, AgreementPolicy, Evidence, Paired,
-                               RuntimeEvidence, SiteEvidence, decide)
+from quantkit.decision import (
+    DEPLOYS,
+    FIRST_SCREEN,
+    KEEP,
+    REVIEW,
+    RULES,
+    SWITCH,
+    SWITCH_ON,
+    WATCH,
+    AgreementPolicy,
+    Evidence,
+    Paired,
+    RuntimeEvidence,
+    SiteEvidence,
+    decide,
+)
 
 
 def site(name, dep=0.95, cand=None, *, dep_ok=None, cand_ok=None, paired=None, **kw):
