@@ -269,8 +269,8 @@ class Rule:
 
 RULES: tuple[Rule, ...] = (
     Rule("deployed-fails-verification", lambda f: bool(f.failed), REVIEW, lambda f: [
-        f"The deployed model's bundle failed verification on {_names([r.runtime for r in f.failed])}"
-        + (f" ({f.failed[0].failure})" if f.failed[0].failure else "") + ": do not ship it there until this is fixed."]),
+        f"The deployed model's bundle failed verification on {_names([r.runtime for r in f.failed])}: do not ship it there until "
+        "this is fixed (the evidence names the first failure)."]),
     Rule("fp32-fails", lambda f: bool(f.fp32_fails), REVIEW, lambda f: [
         (f"FP32 itself fails on {_names([s.name for s in f.fp32_fails])} ({'; '.join(s.fp32_fails for s in f.fp32_fails)}): the model, "
          "not the quantization, fails there; no calibration fixes it (retrain, or check the images).")]),
@@ -312,7 +312,8 @@ RULES: tuple[Rule, ...] = (
     Rule("keep", lambda f: True, KEEP, lambda f: [
         "The deployed model agrees with FP32 on every site set ("
         + ", ".join(f"{s.name} {f.e.metric} {s.deployed:.2f}" for s in f.e.sites if s.deployed is not None) + ")."]),
-    # notes: a reason added after the deciding rule's
+    # notes: a reason added after the deciding rule's (once: a reason the deciding rule gave already is not repeated)
+    Rule("note-deployed-disagrees", lambda f: bool(f.bad), None, lambda f: [f.disagrees()]),
     Rule("note-no-material-difference", lambda f: f.has_candidate and not f.bad and not f.worse and not f.switch_ok and f.e.overall is not None,
          None, lambda f: [f"No material difference with the candidate ({f.e.metric} {f.e.overall.words()}; the interval includes 0)."]),  # type: ignore[union-attr]
     Rule("note-watch", lambda f: bool(f.moved_held), None, lambda f: [
@@ -361,7 +362,7 @@ def decide(evidence: Evidence, rules: Sequence[Rule] = RULES) -> Decision:
     reasons = list(deciding.reasons(facts))
     for note in rules:
         if note.decision is None and note.when(facts) and not (note.name == "note-watch" and deciding.name == "watch"):
-            reasons += note.reasons(facts)
+            reasons += [r for r in note.reasons(facts) if r not in reasons]
     runtimes = tuple(r.runtime for r in facts.fast) if deciding.decision == SWITCH_ON else ()
     excluded = tuple(r.runtime for r in facts.slow) if deciding.decision in (SWITCH_ON, KEEP, REVIEW) and facts.switch_ok else ()
     return Decision(deciding.decision, deciding.name, tuple(reasons), runtimes, excluded)  # type: ignore[arg-type]

@@ -38,7 +38,7 @@ WORSE = Paired(-0.125, (-0.250, -0.031), 32, worse=True)
 
 def test_the_table_has_one_decision_per_rule_and_notes_last():
     names = [r.name for r in RULES]
-    assert len(names) == len(set(names)) and RULES[-4].name == "keep" and all(r.decision is None for r in RULES[-3:])
+    assert len(names) == len(set(names)) and RULES[-5].name == "keep" and all(r.decision is None for r in RULES[-4:])
     assert set(DEPLOYS) == {SWITCH, SWITCH_ON}
 
 
@@ -46,12 +46,15 @@ def test_deployed_bundle_failing_verification_needs_review_first():
     d = decide(ev(site("day", 0.95, 0.97, paired=BETTER), overall=BETTER,
                   runtimes=[RuntimeEvidence("openvino", "failed", "[decision] 0001: 3 boxes vs 4"), RuntimeEvidence("onnxruntime")]))
     assert (d.decision, d.rule) == (REVIEW, "deployed-fails-verification")
-    assert d.reasons[0].startswith("The deployed model's bundle failed verification on openvino ([decision] 0001")
+    assert d.reasons[0].startswith("The deployed model's bundle failed verification on openvino: do not ship it there")
+    assert "[decision]" not in " ".join(d.reasons)  # verify's own metric stays in the evidence: one metric per model
 
 
 def test_fp32_failing_against_labels_needs_review():
     d = decide(ev(site("flip", 0.95, fp32_fails="exact accuracy 0.00 against the labels"), cand=None))
     assert (d.decision, d.rule) == (REVIEW, "fp32-fails") and "the model, not the quantization" in d.reasons[0]
+    d = decide(ev(site("day", 0.7, fp32_fails="f1 0.10 against the labels"), cand=None))
+    assert d.reasons[1] == "The deployed model disagrees with FP32 on day (top-1 agreement 0.70)."  # note-deployed-disagrees, once
 
 
 def test_fp32_going_blind_needs_review_and_never_says_no_action():
@@ -159,7 +162,7 @@ def test_every_rule_is_reached_by_some_test_above(rule):
     """Guards the table against a rule no test exercises."""
     reached = {"deployed-fails-verification", "fp32-fails", "fp32-blind", "candidate-worse-where-deployed-disagrees", "candidate-does-not-fix",
                "deployed-disagrees", "candidate-slower-everywhere-needed", "candidate-slower-everywhere", "switch-on-runtime", "switch",
-               "candidate-worse", "watch", "keep", "note-no-material-difference", "note-watch", "note-unverified"}
+               "candidate-worse", "watch", "keep", "note-no-material-difference", "note-watch", "note-unverified", "note-deployed-disagrees"}
     assert rule in reached
 
 

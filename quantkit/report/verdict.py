@@ -266,7 +266,8 @@ def decide_model(sites: Sequence[SiteReport], primary: MetricInfo, item: str, de
             facts.append(f"On {s.name} the deployed INT8 model (calibrated on {deployed_cal}) agrees with FP32 at {value_words(m, primary)}, "
                          f"{m.status}, and changes {plural(item)} per image by {100 * m.detection_change:+.0f}%: {cause(s.drift)}.")
     if with_verification:
-        facts += verification_facts(verification, per_runtime=per_runtime, unverified=unverified)[1]
+        concerns, checked = verification_facts(verification, per_runtime=per_runtime, unverified=unverified)
+        facts += [f"For engineers: {c[0].upper()}{c[1:]}." for c in concerns] + checked
     if has_cand:
         dep = {s.name: s.variant("deployed") for s in sites}
         moves = [f"{n} {short(primary)} {dep[n].agreement.get(primary.name, float('nan')):.2f} → "  # type: ignore[union-attr]
