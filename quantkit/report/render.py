@@ -71,12 +71,12 @@ SPEED_JS = """
         "</td><td class='l'>" + esc(p.runtime) + "@" + esc(p.threads) + "</td><td>" + p.total_ms.toFixed(1) + "</td><td>" +
         (100 * p.integer_kernel_share).toFixed(0) + "%</td><td>" + esc(p.conversions) + " (" + p.conversion_ms.toFixed(1) + " ms)</td><td class='l'>" + kinds + "</td></tr>";
     });
-    return "<p>Where the time went, per node, as each runtime reports what it executed (one profiled inference; layer times " +
+    return "<details><summary>Where the time went, per node (for engineers)</summary><p>Where the time went, per node, as each runtime reports what it executed (one profiled inference; layer times " +
       "add up to more than the latency above when the runtime's profiler adds overhead). Integer kernels: convolutions and matrix " +
       "products that ran in int8/uint8. A standalone Q/DQ node is a conversion between float and integer that no kernel absorbed.</p>" +
       "<table id='node-table'><tr><th class='l'>model</th><th class='l'>variant</th><th class='l'>runtime@threads</th><th>layer ms</th>" +
       "<th>in integer Conv/MatMul kernels</th><th>standalone Q/DQ nodes</th><th class='l'>slowest layer kinds (type, precision, ms)</th></tr>" +
-      body.join("") + "</table>";
+      body.join("") + "</table></details>";
   }
 })();
 """
