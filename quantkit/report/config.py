@@ -105,4 +105,5 @@ class ReportConfig(Config):
                 f"within {100 * self.max_detection_change:.0f}% of FP32's; red below {self.min_agreement - self.amber_band:.2f} or beyond "
                 f"{200 * self.max_detection_change:.0f}%; amber between. Switch to a candidate only when it is green on every site set "
                 "and either green where the deployed model is not, or closer to FP32 on the same images by a paired 95% interval "
-                "that excludes 0 (params.yaml: report).")
+                "that excludes 0, significantly worse on none, and not slower than the deployed file on a measured runtime "
+                "(else switch on the other runtimes, or keep) (params.yaml: report).")
