@@ -123,6 +123,8 @@ class RuntimeEvidence:
     candidate_vs_deployed: float | None = None
     candidate_vs_best_float: float | None = None
     best_float: str = "FP32"
+    key: str = ""
+    """The runtime's registry name (``openvino``) when ``runtime`` is a label (``openvino 2026.4``)."""
 
     @property
     def measured(self) -> bool:
@@ -336,6 +338,8 @@ class Decision:
     reasons: tuple[str, ...]
     runtimes: tuple[str, ...] = ()
     excluded: tuple[str, ...] = ()
+    keys: tuple[str, ...] = ()
+    """``runtimes`` by registry name (for commands: ``quantkit verify --runtime``)."""
 
     @property
     def label(self) -> str:
@@ -365,7 +369,8 @@ def decide(evidence: Evidence, rules: Sequence[Rule] = RULES) -> Decision:
             reasons += [r for r in note.reasons(facts) if r not in reasons]
     runtimes = tuple(r.runtime for r in facts.fast) if deciding.decision == SWITCH_ON else ()
     excluded = tuple(r.runtime for r in facts.slow) if deciding.decision in (SWITCH_ON, KEEP, REVIEW) and facts.switch_ok else ()
-    return Decision(deciding.decision, deciding.name, tuple(reasons), runtimes, excluded)  # type: ignore[arg-type]
+    keys = tuple(r.key or r.runtime for r in facts.fast) if deciding.decision == SWITCH_ON else ()
+    return Decision(deciding.decision, deciding.name, tuple(reasons), runtimes, excluded, keys)  # type: ignore[arg-type]
 
 
 MOVED_AWAY = CAUSES["covered"][0]

@@ -115,7 +115,7 @@ def test_ppocr_det_switch_only_where_the_candidate_is_not_slower():
     d = decide(_fixing(RuntimeEvidence("onnxruntime", candidate_vs_deployed=1.02, candidate_vs_best_float=2.1),
                        RuntimeEvidence("openvino", candidate_vs_deployed=0.70, candidate_vs_best_float=0.9, best_float="fp32-default")))
     assert (d.decision, d.rule, d.runtimes, d.excluded) == (SWITCH_ON, "switch-on-runtime", ("onnxruntime",), ("openvino",))
-    assert d.label == "switch on onnxruntime" and d.deploys
+    assert d.label == "switch on onnxruntime" and d.deploys and d.keys == ("onnxruntime",)
     assert d.reasons[0].startswith("Switch to the candidate (calibrated on night) on onnxruntime only: it agrees with FP32 on every site set and fixes night")
     assert d.reasons[1].startswith("Keep the deployed model on openvino: on openvino the candidate runs at 0.70x")
 

@@ -214,3 +214,18 @@ def test_no_switch_where_the_candidate_is_slower_than_the_deployed_file(tmp_path
     assert (m.decision, m.choice.rule) == ("keep deployed", "candidate-slower-everywhere") and not m.choice.deploys
     html = render_html(report)
     assert not any(v.startswith("To deploy it") for v in m.verdict) and '<div class="cmd">' not in html[:html.index("<h2>At a glance")]
+
+
+def test_a_fallback_candidate_is_verified_on_each_runtime_it_switches_on():
+    """The deploy commands under a switch verify the bundle on the runtimes it is to run on, not on one by default."""
+    import types
+
+    from quantkit.report.candidate import deploy_commands
+
+    fb = types.SimpleNamespace(reference_sets=(types.SimpleNamespace(path="reference_sets/cam1-day"),))
+    work = Path("work/models/ppocr_det")
+    cmds = deploy_commands("ppocr_det", work / "quantize/candidate", work / "thresholds/candidate.json", fb, ["site_sets/cam1-day"],
+                           ("onnxruntime", "openvino"))
+    assert cmds[0].startswith("quantkit bundle ") and len(cmds) == 3
+    assert "--runtime onnxruntime" in cmds[1] and cmds[1].endswith("verify-candidate-onnxruntime.json")
+    assert "--runtime openvino" in cmds[2] and cmds[2].endswith("verify-candidate-openvino.json")

@@ -304,21 +304,22 @@ def build_model_report(inputs: ModelInputs, cfg: ReportConfig) -> ModelReport:
         verification, unverified = _verification(inputs.verification, dep_rec, roles["deployed"][1]), []
     fallback = _fallback(inputs.candidate) if inputs.candidate else None
     site_paths = [s.images_dir.as_posix() if s.images_dir else f"site_sets/{s.name}" for s in sites]
-    deploy = tuple(deploy_commands(inputs.name, inputs.candidate, inputs.candidate_thresholds, fallback, site_paths)) \
-        if fallback is not None and inputs.candidate is not None and inputs.candidate_thresholds is not None else ()
+    from_fallback = fallback is not None and inputs.candidate is not None and inputs.candidate_thresholds is not None
     how = None
-    if deploy:  # a fallback candidate keeps nodes in float: a new calibration alone would not reproduce it
+    if from_fallback:  # a fallback candidate keeps nodes in float: a new calibration alone would not reproduce it
         how = (f"it came from the precision fallback ({len(fallback.kept)} nodes kept in float), so recalibrating the deployed model on "
                f"its set would not reproduce it" if fallback.kept else
                "it is the precision fallback's output (every node in 8 bits" + (f", after {', '.join(st.name for st in fallback.recovery)}"
                                                                                if fallback.recovery else "") + ")")
-        how += "; bundle and verify that file with the two commands below ('quantkit bundle', then 'quantkit verify') on every target runtime."
+        how += "; bundle it and verify that bundle on each runtime it is to run on with the commands below ('quantkit bundle', then 'quantkit verify')."
     choice, lines = decide_model(sites, primary, summary.item, dep_rec.set_name, cand[0].set_name if cand else None, cfg,
                                  metrics=summary.metrics, same_calibration=same, paired=evidence[0] if evidence else None,
                                  paired_sites=evidence[1:], verification=verification, with_verification=True,
                                  per_runtime=bool(inputs.targets), unverified=tuple(unverified),
                                  calibration=(cs.camera, cs.lighting) if (cs := dep_rec.calibration_set) else ("", ""),
                                  measurements=_measurements(inputs.measurements, inputs.name), deploy_how=how)
+    on = choice.keys or tuple(rt for rt, _ in inputs.targets)  # a switch on some runtimes verifies on those, else on every target
+    deploy = tuple(deploy_commands(inputs.name, inputs.candidate, inputs.candidate_thresholds, fallback, site_paths, on)) if from_fallback else ()  # type: ignore[arg-type]
     provenance = {role: {"record": r.fingerprint, "model_digest": r.model_digest, "quantized_model_digest": r.quantized_model_digest,
                          "calibration_set": r.set_name, "calibration_set_id": r.set_id, "method": r.config.get("method"),
                          "thresholds": ts.fingerprint, "versions": r.versions} for role, (r, ts, _) in roles.items()}

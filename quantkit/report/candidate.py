@@ -76,15 +76,19 @@ def latency_lines(fb: Any, show: bool = True) -> list[str]:
     return lines
 
 
-def deploy_commands(name: str, candidate: Path, thresholds: Path, fb: Any, site_sets: Sequence[str]) -> list[str]:
+def deploy_commands(name: str, candidate: Path, thresholds: Path, fb: Any, site_sets: Sequence[str], runtimes: Sequence[str] = ()) -> list[str]:
     """The commands that package and verify the candidate (the pipeline layout ``work/models/<model>/...``): golden
-    outputs from the fallback's first reference set, verification on ``site_sets`` (the report's site set folders)."""
+    outputs from the fallback's first reference set, verification on ``site_sets`` (the report's site set folders), once
+    per runtime of ``runtimes`` (the target runtimes it is to be deployed on; none: the runtimes verify picks)."""
     work = candidate.parent.parent
     golden = next((s.path for s in fb.reference_sets if s.path), "reference_sets/<a reference set>")
     dist = f"dist/{name}-candidate"
     sites = "".join(f" --site-set {shlex.quote(s)}" for s in site_sets)
+    verify = [f"quantkit verify {dist} --fp32 {work / 'intake'}{sites} --params params.yaml --out {work / 'verify-candidate.json'}"] if not runtimes else [
+        f"quantkit verify {dist} --runtime {rt} --fp32 {work / 'intake'}{sites} --params params.yaml --out {work / f'verify-candidate-{rt}.json'}"
+        for rt in runtimes]
     return [f"quantkit bundle {candidate} --thresholds {thresholds} --fp32 {work / 'intake'} --golden {golden} --params params.yaml --out {dist}",
-            f"quantkit verify {dist} --fp32 {work / 'intake'}{sites} --params params.yaml --out {work / 'verify-candidate.json'}"]
+            *verify]
 
 
 def _deploys(m: Any) -> bool:

@@ -227,7 +227,7 @@ def runtime_evidence(v: DeploymentVerification | None, unverified: Sequence[str]
         states[rt] = (rt, "not verified", "")
     for rt in speed:
         states.setdefault(rt, (rt, "", ""))
-    return tuple(RuntimeEvidence(label, state, failure, *speed.get(rt, (None, None, "FP32"))) for rt, (label, state, failure) in sorted(states.items()))
+    return tuple(RuntimeEvidence(label, state, failure, *speed.get(rt, (None, None, "FP32")), key=rt) for rt, (label, state, failure) in sorted(states.items()))
 
 
 def decide_model(sites: Sequence[SiteReport], primary: MetricInfo, item: str, deployed_cal: str, candidate_cal: str | None, cfg: ReportConfig,
