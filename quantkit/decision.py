@@ -271,8 +271,8 @@ class Rule:
 
 RULES: tuple[Rule, ...] = (
     Rule("deployed-fails-verification", lambda f: bool(f.failed), REVIEW, lambda f: [
-        f"The deployed model's bundle failed verification on {_names([r.runtime for r in f.failed])}: do not ship it there until "
-        "this is fixed (the evidence names the first failure)."]),
+        (f"The deployed model's bundle failed verification on {_names([r.runtime for r in f.failed])}: do not ship it there until "
+         "this is fixed (the evidence names the first failure).")]),
     Rule("fp32-fails", lambda f: bool(f.fp32_fails), REVIEW, lambda f: [
         (f"FP32 itself fails on {_names([s.name for s in f.fp32_fails])} ({'; '.join(s.fp32_fails for s in f.fp32_fails)}): the model, "
          "not the quantization, fails there; no calibration fixes it (retrain, or check the images).")]),
