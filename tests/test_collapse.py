@@ -93,4 +93,4 @@ def test_bound_anyway_the_report_shows_it_red(work: Path, capsys: pytest.Capture
     assert "(2) output 'det'" in hint[0] and "(4) calibrated on 'calib' (6 images)" in hint[0]
     assert main(["report", "--work-dir", str(m), "--out", str(work / "reports")]) == 0
     text = capsys.readouterr().out
-    assert "deployed red box_f1" in text and "Needs review" in text
+    assert "deployed red box_f1" in text and "NEEDS REVIEW" in text

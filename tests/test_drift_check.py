@@ -186,7 +186,9 @@ def test_cli_writes_json_and_table(sets, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "CHANGED" in text and "brightness" in text
     # the advice table's action, conditional on what only the shift report knows (whether the model still agrees)
-    assert "  what to do: recalibrate if the deployed model no longer agrees with FP32 (the shift report says): the lighting changed; " in text
+    assert ("  what to do while the deployed model still agrees with FP32: watch: the images moved away from the calibration set, but INT8 "
+            "still agrees with FP32; keep the camera in the next checks") in text  # the shift report's and the fleet's words
+    assert "  if its agreement falls (the shift report says): recalibrate: the lighting changed; " in text
     assert json.loads(out.read_text())["changed"] is True
 
 

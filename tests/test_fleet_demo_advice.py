@@ -2,7 +2,7 @@
 
 A reduced demo (params.yaml's fleet section and events, one line per site, 128 px images) scored with the tiny test
 model calibrated on the demo's own day images, as the real demo calibrates on day images: the refocused camera is
-told to check the camera, the night-shift site's cameras to recalibrate, the exposure-drift camera to check the
+told to check the camera, the night-shift site's cameras to recalibrate where INT8 agreement fell (else to watch), the exposure-drift camera to check the
 camera because its exposure keeps drifting; alert precision and recall stay 1.0.
 """
 
@@ -47,8 +47,11 @@ def test_demo_fleet_events_get_their_actions(tmp_path):
     assert res.truth["precision"] == 1.0 and res.truth["recall"] == 1.0
     actions = {c: res.camera(c).action for c in res.ranked}
     assert actions["a03"] == "check-camera" and res.camera("a03").reasons[-1].startswith("check camera: " + CAUSES["defocus"][0])
-    assert {actions[c] for c in ("b01", "b02", "b03", "b04")} == {"recalibrate"}
-    assert all(res.camera(c).reasons[-1].startswith("recalibrate: the lighting changed") for c in ("b01", "b02", "b03", "b04"))
+    for c in ("b01", "b02", "b03", "b04"):  # the night shift: recalibrate only where INT8 agreement fell, else watch (quantkit.decision)
+        fell = any(r.startswith("INT8 agreement with FP32") and " fell: " in r for r in res.camera(c).reasons)
+        assert actions[c] == ("recalibrate" if fell else "watch"), (c, res.camera(c).reasons)
+        assert res.camera(c).reasons[-1].startswith("recalibrate: the lighting changed" if fell else "watch: " + CAUSES["covered"][0])
     assert actions["c04"] == "check-camera" and res.camera("c04").reasons[-1].startswith("check camera: " + CAUSES["exposure_drift"][0])
     assert list(res.ranked[:3]) == sorted(res.ranked[:3], key=lambda c: actions[c] != "check-camera")  # camera faults first
-    assert res.metrics()["cameras_to_check_camera"] >= 2 and res.metrics()["cameras_to_recalibrate"] == 4
+    assert res.metrics()["cameras_to_check_camera"] >= 2
+    assert res.metrics()["cameras_to_recalibrate"] + res.metrics()["cameras_to_watch"] == 4

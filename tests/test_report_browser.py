@@ -136,3 +136,35 @@ def test_report_fits_a_desktop_and_a_phone_without_horizontal_scrolling(tmp_path
         shot = shots / f"shift_report-{width}px.png"
         snap = _framed(out, tmp_path, width, "shift_report.html", [f"--screenshot={shot}"], f"s{width}")
         assert snap.returncode == 0 and shot.stat().st_size > 10_000, snap.stderr[-2000:]
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not installed (apt-get install chromium; .ci/run installs it)")
+def test_fleet_report_fits_a_desktop_and_a_phone_without_horizontal_scrolling(tmp_path: Path):
+    """The fleet report (a camera told to watch, with its reasons, trend, grid and examples) at 1280 px and 390 px: no
+    element past the right edge, long reasons wrapped; screenshots kept beside the shift report's."""
+    from fleet_fixtures import make_fleet_tree, make_models
+
+    from quantkit.fleet import check_fleet, register_tree, score_fleet, write_fleet_report
+    from quantkit.fleet.config import FleetCheckConfig, FleetScoreConfig
+
+    paths = make_models(tmp_path / "models")
+    tree = make_fleet_tree(tmp_path / "images", days=7, per_day=6, dark_camera="b02", dark_from=5)
+    register_tree(tree, tmp_path / "manifest.parquet")
+    score_fleet(tmp_path / "manifest.parquet", paths["intake"], paths["quantized"], paths["thresholds"], paths["calibration_set"],
+                tmp_path / "scores", FleetScoreConfig(workers=0, model_every=3))
+    check = check_fleet(tmp_path / "scores", paths["calibration_set"], FleetCheckConfig(reference_windows=3, repeats=500))
+    assert check.ranked, "the fixture's darkened camera must be in the report"
+    out = tmp_path / "fleet"
+    out.mkdir()
+    write_fleet_report(check, out / "index.html")
+    page = (out / "index.html").read_text(encoding="utf-8")
+    (out / "probe.html").write_text(page.replace("<head>", "<head>" + PROBE, 1), encoding="utf-8")
+    shots = Path(os.environ.get("QUANTKIT_TEST_ARTIFACTS", tmp_path / "screenshots"))
+    shots.mkdir(parents=True, exist_ok=True)
+    for width in (1280, 390):
+        r = _probe(out, tmp_path, width, f"f{width}")
+        assert r["errors"] == [] and r["viewport"] == width, r
+        assert r["scroll_width"] <= width and r["overflow"] == [], f"{width} px: {r['overflow']}"
+        shot = shots / f"fleet_report-{width}px.png"
+        snap = _framed(out, tmp_path, width, "index.html", [f"--screenshot={shot}"], f"fs{width}")
+        assert snap.returncode == 0 and shot.stat().st_size > 10_000, snap.stderr[-2000:]

@@ -47,13 +47,16 @@ def test_verdict_tells_the_lighting_story_with_sample_sizes(paths):
     r = build_report(_inputs(paths))
     m = r.models[0]
     assert r.decision == m.decision == "needs review" and m.task == "db_text" and m.primary.name == "pixel_iou"
-    assert re.match(r"Needs review: the deployed model disagrees with FP32 on cam1-night \(pixel IoU 0\.[78]\d, (amber|red)\) and cam2-day", m.verdict[0])
-    assert "recalibrating on cam1-night improves cam1-night but breaks cam1-day and cam2-day; compose a calibration set that covers both conditions" in m.verdict[0]
+    assert m.choice.rule == "candidate-worse-where-deployed-disagrees"
+    assert re.match(r"The deployed model disagrees with FP32 on cam1-night \(pixel IoU 0\.[78]\d\) and cam2-day", m.verdict[0])
+    assert re.match(r"The candidate \(calibrated on cam1-night\) is significantly worse on cam1-day \(-0\.\d+, interval .*\) and cam2-day .* "
+                    r"though it improves cam1-night: compose a calibration set that covers every condition\.", m.verdict[1])
     night = next(v for v in m.verdict if v.startswith("On cam1-night"))
     assert "calibrated on cam1-day" in night and "the lighting changed" in night and "brightness fell 68%" in night
     assert re.search(r"pixel IoU 0\.[78]\d \(95% CI 0\.\d\d-0\.\d\d, 5 images\)", night)  # sample size and CI for a quality lead
-    assert re.search(r"^The candidate \(calibrated on cam1-night\): cam1-day green → (amber|red) \(pixel IoU 0\.9\d → 0\.[67]\d\); cam1-night (amber|red) → (green|amber)",
-                     next(v for v in m.verdict if v.startswith("The candidate (")))
+    assert re.search(r"^The candidate \(calibrated on cam1-night\), against the deployed model: cam1-day pixel IoU 0\.9\d → 0\.[67]\d \(green → (amber|red)\); "
+                     r"cam1-night pixel IoU 0\.\d\d → 0\.\d\d \((amber|red) → (green|amber)\)",
+                     next(v for v in m.verdict if v.startswith("The candidate (calibrated on cam1-night), against")))
     rule = ReportConfig().rule(m.primary.label, m.item)
     assert "0.90" in rule and "params.yaml: report" in rule and "unquantized (FP32)" in rule and "pixel IoU vs FP32" in rule
     assert m.site("cam1-night").variant("deployed").status in ("amber", "red")
@@ -77,7 +80,7 @@ def test_metrics_are_numbers_per_model_site_and_variant(paths):
         assert isinstance(dep[key], (int, float)) and not isinstance(dep[key], bool), key
     assert m["cam1-night"]["drift"]["changed"] is True and m["cam1-day"]["drift"]["changed"] is False
     assert "score_psi" not in m["cam1-day"]["fp32"]  # FP32 is the reference
-    assert m["verdict"] == {"candidate_acceptable": False, "needs_review": True}
+    assert m["verdict"] == {"candidate_acceptable": False, "needs_review": True, "watch": False}
     assert "latency" not in json.dumps(metrics)  # machine-dependent: dvc metrics diff must show only real changes
 
 
@@ -187,7 +190,7 @@ def test_cli_report_and_bad_inputs(paths, tmp_path, capsys):
     out = tmp_path / "reports"
     assert main(_args(paths, out)) == 0
     text = capsys.readouterr().out
-    assert text.startswith("ppocr_det: Needs review: the deployed model disagrees") and "On cam1-night" in text
+    assert text.startswith("ppocr_det: NEEDS REVIEW\n  The deployed model disagrees") and "On cam1-night" in text
     assert json.loads((out / "metrics.json").read_text())["ppocr_det"]["cam1-night"]["candidate"]["status_code"] in (0, 1)
     missing = tmp_path / "none"
     assert main(["report", "--work-dir", str(tmp_path / "no-work"), "--out", str(missing)]) == 2
@@ -227,36 +230,40 @@ NIGHT = _drift(StatisticChange("clip_bright", 0.0, 0.0, 0.0, 3, True, 0.95), Sta
 
 
 def test_verdict_says_what_to_do_first():
+    """The report's side of the one table (quantkit.decision; each rule is tested on its own in test_decision.py):
+    the reasons come first, then the evidence; advice follows the cause -> action table."""
     cfg = ReportConfig()
 
     def v(sites, cand, **kw):
         return verdict(sites, PIXEL, "text region", "day", cand, cfg, metrics=(PIXEL,), **kw)
 
     d, lines = v([_site("day", (0.95, "green"), (0.95, "green"))], "day", same_calibration=True)
-    assert d == "keep deployed" and lines[0].startswith("Keep deployed: the candidate is the deployed calibration, nothing to compare;")
+    assert d == "keep deployed" and lines[0] == "The deployed model agrees with FP32 on every site set (day pixel IoU 0.95)."
+    assert "The candidate is the deployed calibration itself: nothing to compare." in lines
     d, lines = v([_site("day", (0.95, "green"), (0.95, "green")), _site("night", (0.7, "red"), (0.7, "red"))], "day", same_calibration=True)
-    assert d == "needs review" and "the deployed model disagrees with FP32 on night (pixel IoU 0.70, red)" in lines[0]
+    assert d == "needs review" and lines[0] == "The deployed model disagrees with FP32 on night (pixel IoU 0.70)."
     # what to do follows the cause -> action table: nothing moved is quantization loss, never "recalibrate"
     quiet = _site("day", (0.8, "amber"), drift=_drift(StatisticChange("brightness_mean", 120.0, 121.0, 0.01, 0, False), changed=False))
     d, lines = v([quiet, _site("night", (0.7, "red"), drift=NIGHT), _site("cam2", (0.7, "red"), drift=CAMERA)], None)
-    assert d == "needs review" and "recalibrate" not in lines[0].split("quantization loss for day")[1].split(";")[0]
-    assert "quantization loss for day (no image statistic moved, yet INT8 disagrees with FP32): recover accuracy in the quantization" in lines[0]
-    assert "recalibrate for night (the lighting changed): register images of the new condition" in lines[0]
-    assert "check camera for cam2 (the image lost more sharpness than its contrast explains: defocus or a blurred lens): service" in lines[0]
+    assert d == "needs review" and lines[1].startswith("What to do: ")
+    assert "day: quantization loss: no image statistic moved, yet INT8 disagrees with FP32; recover accuracy in the quantization" in lines[1]
+    assert "night: recalibrate: the lighting changed; register images of the new condition" in lines[1]
+    assert "cam2: check camera: the image lost more sharpness than its contrast explains: defocus or a blurred lens; service" in lines[1]
     d, lines = v([_site("day", (0.95, "green"), (0.95, "green")), _site("night", (0.7, "red"), (0.72, "red"))], "night")
-    assert d == "needs review" and "recalibrating on night does not fix it" in lines[0]
+    assert d == "needs review" and lines[1] == "The candidate (calibrated on night) still disagrees on night (pixel IoU 0.72)."
     d, lines = v([_site("day", (0.95, "green"), (0.82, "amber")), _site("night", (0.7, "red"), (0.94, "green"))], "night")
-    assert d == "needs review" and "recalibrating on night fixes night but breaks day; compose a calibration set that covers both conditions" in lines[0]
+    assert d == "needs review" and lines[1] == ("The candidate (calibrated on night) is significantly worse on day (pixel IoU 0.82) though it "
+                                                "fixes night: compose a calibration set that covers every condition.")
     d, lines = v([_site("day", (0.95, "green"), (0.93, "green")), _site("night", (0.7, "red"), (0.94, "green"))], "night")
-    assert d == "switch to candidate" and lines[0].startswith("Switch to the candidate (calibrated on night): it agrees with FP32 on every site set and fixes night")
+    assert d == "switch to candidate" and lines[0] == ("Switch to the candidate (calibrated on night): it agrees with FP32 on every site set "
+                                                      "and fixes night (pixel IoU 0.94).")
     assert lines[-1].startswith("To deploy it: set the model's sets.deployed.calibration") and "dvc repro" in lines[-1]  # the next command
     d, lines = v([_site("day", (0.95, "green"), (0.83, "amber")), _site("night", (0.92, "green"), (0.94, "green"))], "night")
-    assert d == "keep deployed" and lines[0].startswith("Keep deployed: the deployed model agrees with FP32 on every site set; recalibrating on night would break day")
+    assert d == "keep deployed" and lines[0].startswith("The deployed model agrees with FP32 on every site set; the candidate (calibrated "
+                                                        "on night) is significantly worse on day (pixel IoU 0.83)")
+    assert not any(line.startswith("To deploy it") for line in lines)  # no deploy commands under a keep
     d, lines = v([_site("day", (0.95, "green"))], None)
-    assert d == "keep deployed" and lines[0] == "Keep deployed: the deployed model agrees with FP32 on every site set (day pixel IoU 0.95)."
-    # better but not green is "improves", never "fixes X but still disagrees on X"; a candidate on the deployed set is no recalibration
-    d, lines = v([_site("day", (0.7, "red"), (0.85, "amber")), _site("night", (0.7, "red"), (0.95, "green"))], "day")
-    assert d == "needs review" and "the candidate (also calibrated on day) fixes night and improves day but still disagrees on day" in lines[0]
+    assert d == "keep deployed" and lines[0] == "The deployed model agrees with FP32 on every site set (day pixel IoU 0.95)."
 
 
 def _labelled(name, dep, cand, accuracy):
@@ -270,11 +277,12 @@ def test_verdict_says_when_fp32_itself_fails_on_a_labelled_site():
     sites = [_labelled("day", (0.7, "red"), (1.0, "green"), {"exact_accuracy": 0.9, "cer_gt": 0.02}),
              _labelled("flip", (0.25, "red"), (0.3, "red"), {"exact_accuracy": 0.0, "cer_gt": 0.9})]
     d, lines = verdict(sites, PIXEL, "line", "day", "dark", ReportConfig(), metrics=ctc)
-    assert d == "needs review" and "still disagrees on flip; FP32 itself fails on flip (below)" in lines[0]
-    assert any(line.startswith("On flip FP32 itself gets exact accuracy 0.00 against the labels") for line in lines)
-    assert not any(line.startswith("On day FP32 itself") for line in lines)
+    assert d == "needs review" and lines[0] == ("FP32 itself fails on flip (exact accuracy 0.00 against the labels): the model, not the "
+                                                "quantization, fails there; no calibration fixes it (retrain, or check the images).")
+    assert not any("FP32 itself fails on day" in line for line in lines)
     sites[1] = _labelled("flip", (0.25, "red"), (0.3, "red"), {"exact_accuracy": 0.8, "cer_gt": 0.05})  # FP32 reads flip: recalibrate
-    assert "add images of those conditions" in verdict(sites, PIXEL, "line", "day", "dark", ReportConfig(), metrics=ctc)[1][0]
+    d, lines = verdict(sites, PIXEL, "line", "day", "dark", ReportConfig(), metrics=ctc)
+    assert d == "needs review" and lines[1].startswith("The candidate (calibrated on dark) still disagrees on flip (pixel IoU 0.30) (it fixes day)")
 
 
 def test_a_perfect_recognizer_is_not_called_failing():
@@ -306,13 +314,15 @@ def test_an_error_rate_alone_does_not_judge_fp32():
 
 def test_image_changes_use_the_drift_words_and_follow_the_model():
     unaffected = _site("cam2-day", (0.95, "green"), drift=CAMERA)
-    assert drift_label(unaffected) == ("changed, model still agrees", "neutral")
-    assert drift_label(_site("cam2-day", (0.85, "amber"), drift=CAMERA)) == ("changed, check camera", "red")  # sharpness fell alone
-    assert drift_label(_site("cam1-night", (0.85, "amber"), drift=NIGHT)) == ("changed, recalibrate", "red")
+    assert drift_label(unaffected) == ("changed: check camera", "amber")  # a camera fault is one whatever the agreement
+    assert drift_label(_site("cam2-day", (0.85, "amber"), drift=CAMERA)) == ("changed: check camera", "red")  # sharpness fell alone
+    assert drift_label(_site("cam1-night", (0.85, "amber"), drift=NIGHT)) == ("changed: recalibrate", "red")
+    held = ("changed: watch (the images moved away from the calibration set; agreement held)", "neutral")
+    assert drift_label(_site("cam1-night", (0.95, "green"), drift=NIGHT)) == held  # agreement held: watch, never recalibrate
     assert drift_label(_site("cam1-day", (0.95, "green"), drift=_drift(changed=False))) == ("no change", "green")
-    d, lines = verdict([unaffected], PIXEL, "text region", "cam1-day", None, ReportConfig(), metrics=(PIXEL,))
-    assert d == "keep deployed" and ("On cam2-day the images changed (the image lost more sharpness than its contrast explains: defocus or a "
-                                     "blurred lens (sharpness fell 68%)) but the deployed model still agrees") in lines[1]
+    d, lines = verdict([_site("cam1-night", (0.95, "green"), drift=NIGHT)], PIXEL, "text region", "cam1-day", None, ReportConfig(), metrics=(PIXEL,))
+    assert d == "watch" and lines[0].startswith("Watch cam1-night: the images moved away from the calibration set, but the deployed model still agrees")
+    assert not any("no action" in line or "recalibrate" in line for line in lines)
     assert cause(NIGHT) == "the lighting changed (brightness fell 70%)"  # "blown-out pixels changed from 0 to 0" says nothing
     # less light also lowers sharpness and raises noise: still a lighting change, not a camera swap
     lit = _drift(*(StatisticChange(n, 1.0, 0.5, -0.5, 3, True, 0.5) for n in ("brightness_mean", "noise_sigma", "sharpness_lapvar")))

@@ -64,9 +64,11 @@ def test_two_green_models_without_a_material_difference_keep_the_deployed_one(tm
     m = build_report([_model(tmp_path, quality=BOTH_GREEN)]).models[0]
     overall = m.evidence[0]
     assert overall.ci[0] <= 0 <= overall.ci[1] and overall.images == 24 and len(m.evidence) == 4  # all sets, then each
-    assert m.decision == "keep deployed"
-    assert m.verdict[0].startswith("No material difference; keep the deployed model: both agree with FP32 on every site set")
-    assert overall.words() in m.verdict[0] and "of 3 site sets" in m.verdict[0] and "the interval includes 0" in m.verdict[0]
+    assert m.decision == "watch"  # cam1-night's images moved, agreement held: watch, the candidate no better
+    assert m.verdict[0].startswith("Watch cam1-night and cam2-day: the images moved away from the calibration set, but the deployed model still agrees")
+    assert m.verdict[1] == (f"No material difference with the candidate (pixel IoU {overall.difference:+.3f}, interval {overall.ci[0]:+.3f} to "
+                            f"{overall.ci[1]:+.3f}, 24 images; the interval includes 0).")
+    assert not any(v.startswith("To deploy it") for v in m.verdict)
     assert any(v.startswith("Candidate minus deployed on the same images (pixel IoU, paired bootstrap): cam1-day ") for v in m.verdict)
 
 
@@ -74,7 +76,7 @@ def test_a_candidate_closer_by_more_than_the_images_explain_is_a_switch(tmp_path
     better = {s: {"deployed": 0.92, "candidate": 0.97} for s in BOTH_GREEN}
     m = build_report([_model(tmp_path, quality=better)]).models[0]
     assert m.evidence[0].better
-    assert m.decision == "switch to candidate" and "the interval excludes 0" in m.verdict[0] and m.evidence[0].words() in m.verdict[0]
+    assert m.decision == "switch to candidate" and "the interval excludes 0" in m.verdict[0] and f"{m.evidence[0].difference:+.3f}" in m.verdict[0]
     assert any(v.startswith("To deploy it:") for v in m.verdict)
 
 
@@ -90,9 +92,11 @@ def test_verification_is_named_and_a_failed_one_changes_the_verdict(tmp_path):
     assert any(v.startswith("The deployed bundle is not verified: no verify.json") for v in build_report([inputs]).models[0].verdict)
     write_verification(inputs.eval_dir.parent, {"onnxruntime": "verified", "openvino": "failed"})
     m = build_report([inputs]).models[0]
-    assert m.decision == "needs review" and m.verdict[0].startswith("Needs review: the deployed bundle failed verification on openvino 1.0 ([decision] 0001:")
-    assert m.verdict[1].startswith("Apart from that: No material difference; keep the deployed model")
-    assert any(v.startswith("The deployed bundle is deployable on onnxruntime 1.0 (decisions vs FP32 on onnxruntime 1.0: cam1-day box f1 1.00 over 8 images") for v in m.verdict)
+    assert m.decision == "needs review" and m.verdict[0].startswith("The deployed model's bundle failed verification on openvino 1.0: do not ship it")
+    assert any(v.startswith("For engineers: The deployed bundle failed verification on openvino 1.0 ([decision] 0001:") for v in m.verdict[m.reasons:])
+    assert any(v.startswith("No material difference with the candidate") for v in m.verdict[:m.reasons])
+    assert not any("deployable" in v for v in m.verdict)  # one word per situation: it passes verification on onnxruntime, fails on openvino
+    assert any(v.startswith("The deployed bundle passes verification on onnxruntime 1.0: its decisions agree with FP32") for v in m.verdict)
     assert build_report([inputs]).to_dict()["models"]["ppocr_det"]["verified"] is False
 
 
@@ -100,9 +104,9 @@ def test_a_numeric_mismatch_alone_is_a_warning_naming_the_tensor(tmp_path):
     inputs = _model(tmp_path, quality=BOTH_GREEN)
     write_verification(inputs.eval_dir.parent, {"onnxruntime": "numbers", "openvino": "absent"})
     m = build_report([inputs]).models[0]
-    assert m.decision == "keep deployed" and m.verdict[0].startswith("No material difference")
+    assert m.decision == "watch" and any(v.startswith("No material difference") for v in m.verdict[:m.reasons])
     assert ("Warning for engineers: on onnxruntime 1.0 the deployed bundle makes the simulation's decisions but its numbers differ; "
-            "first diverging tensor 'conv3_out' (Conv 'conv3'); it is deployable.") in m.verdict
+            "first diverging tensor 'conv3_out' (Conv 'conv3'); it passes verification.") in m.verdict
     assert "openvino was not installed where verify ran: the deployed bundle is not verified on it." in m.verdict
 
 
@@ -119,10 +123,10 @@ def test_fp32_going_blind_on_an_unlabelled_site_is_named_and_needs_review(tmp_pa
     night, day = (m.site(s).variant("fp32").detections_per_image for s in ("cam1-night", "cam1-day"))
     assert night < 0.5 * day and all(x.status == "green" for s in m.sites for x in s.metrics)  # agreement alone says green
     assert m.decision == "needs review"
-    assert re.match(r"Needs review: FP32 itself finds (\d+\.\dx fewer|no) text regions per image on cam1-night \(\d\.\d\d\) than on cam1-day "
+    assert re.match(r"FP32 itself finds (\d+\.\dx fewer|no) text regions per image on cam1-night \(\d\.\d\d\) than on cam1-day "
                     r"\(\d\.\d\d, the calibration condition\)", m.verdict[0])
     ok = build_report([_model(tmp_path / "ok", quality=BOTH_GREEN, labelled=False)]).models[0]
-    assert ok.decision == "keep deployed" and "FP32 itself" not in " ".join(ok.verdict)
+    assert ok.decision == "watch" and "FP32 itself" not in " ".join(ok.verdict)
     assert ReportConfig(fp32_min_detection_ratio=0.0).fp32_min_detection_ratio == 0.0
 
 
@@ -136,7 +140,7 @@ def test_html_explains_its_words_and_shows_commands_to_copy(tmp_path):
     verdict_box = html[html.index('<div class="verdict'):html.index("<h2>At a glance")]
     assert verdict_box.count('<div class="cmd"><pre>') == 2 and verdict_box.count('class="copy"') == 2  # dvc repro, dvc metrics diff
     assert "```bash\ndvc repro\ndvc metrics diff\n```" in md
-    glossary = html[html.index('<h2 id="glossary">'):html.index("<h2>Provenance")]
+    glossary = html[html.index('id="glossary"'):html.index("<h2>At a glance")]  # where the words first appear, folded
     terms = re.findall(r"<dt>(.*?)</dt>", glossary)
     assert len(terms) == len(set(terms)) and {t for t, _ in TERMS} <= set(terms)
     for term in ("pixel IoU", "text region F1", "PSI", "KS", "W1 / Wasserstein", "confidence interval (CI)", "calibration", "INT8", "FP32", "candidate"):
@@ -157,19 +161,71 @@ def test_one_bundle_per_target_runtime_is_read_from_its_own_folder(tmp_path):
     write_target(work, "onnxruntime", "verified")
     m = build_report([targets]).models[0]
     assert "The deployed model is not verified on openvino: no targets/openvino/verify.json in the model's work folder (the pipeline's verify stage writes it)." in m.verdict
-    assert any(v.startswith("The deployed model's bundle for onnxruntime 1.0 is deployable on onnxruntime 1.0 (decisions vs FP32 on onnxruntime 1.0: cam1-day")
-               for v in m.verdict)
+    assert "The deployed model's bundle for onnxruntime 1.0 passes verification there: its decisions agree with FP32 on the site sets within the bound set at binding." in m.verdict
+    assert "Not verified on openvino: the deployed model's bundle has no verification there." in m.verdict[:m.reasons]
     write_target(work, "openvino", "verified")
     m = build_report([targets]).models[0]
-    assert m.decision == "keep deployed" and not any("not verified" in v for v in m.verdict)
-    assert any(v.startswith("The deployed model's bundles, one per target runtime (one calibration, each runtime's own Q/DQ placement), are "
-                            "deployable on onnxruntime 1.0 and openvino 1.0 (decisions vs FP32 on onnxruntime 1.0: cam1-day box f1 1.00")
-               and "; openvino 1.0: cam1-day box f1 1.00" in v for v in m.verdict)
+    assert m.decision == "watch" and not any("not verified" in v.lower() for v in m.verdict)
+    assert any(v.startswith("The deployed model's bundles, one per target runtime (one calibration, each runtime's own Q/DQ placement), pass "
+                            "verification on onnxruntime 1.0 and openvino 1.0: its decisions agree with FP32") for v in m.verdict)
+    assert not any("box f1" in v for v in m.verdict)  # one agreement metric per model: the task's primary (pixel IoU here)
     shutil.rmtree(work / "targets" / "openvino")
     write_target(work, "openvino", "failed")
     m = build_report([targets]).models[0]
-    assert m.decision == "needs review" and m.verdict[0].startswith("Needs review: the deployed model's bundle for openvino 1.0 failed verification ([decision]")
+    assert m.decision == "needs review" and m.verdict[0].startswith("The deployed model's bundle failed verification on openvino 1.0: do not ship it")
     record = work / "targets" / "openvino" / "quantize" / "record.json"
     record.write_text(record.read_text().replace('"ranges_from": "', '"ranges_from": "0'))
     with pytest.raises(BindingMismatchError, match=r"targets/openvino/quantize: its ranges are not the deployed record's"):
         build_report([targets])
+
+
+def _measured(path: Path, rows: dict[str, tuple[float, float]]) -> Path:
+    """A ``measurements.json`` (quantkit measure) with the candidate's speed per runtime: ``{runtime: (vs_deployed, vs_best_float)}``."""
+    import json
+
+    latency = [{"model": "ppocr_det", "variant": "candidate", "runtime": rt, "threads": 1, "median_ms": 10.0, "vs_fp32": 1.5,
+                "vs_deployed": d, "best_float": "fp32", "vs_best_float": b, "placement": None} for rt, (d, b) in rows.items()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"schema_version": 3, "latency": latency}))
+    return path
+
+
+def test_no_switch_where_the_candidate_is_slower_than_the_deployed_file(tmp_path):
+    """ppocr_det: the candidate agrees more closely but runs at 0.70x the deployed file on OpenVINO (below its own float
+    run): the decision switches on ONNX Runtime only, names OpenVINO, and shows deploy commands; slower everywhere: keep,
+    and no deploy commands under a keep."""
+    from quantkit.report.render import render_html, render_markdown
+
+    better = {s: {"deployed": 0.92, "candidate": 0.97} for s in BOTH_GREEN}
+    base = _model(tmp_path, quality=better)
+    inputs = ModelInputs.from_work_dir(base.eval_dir.parent, site_sets=base.site_sets,
+                                       measurements=_measured(tmp_path / "machine" / "ppocr_det" / "measurements.json",
+                                                              {"onnxruntime": (1.05, 2.0), "openvino": (0.70, 0.9)}))
+    report = build_report([inputs])
+    m = report.models[0]
+    assert (m.decision, m.label, m.choice.excluded) == ("switch on runtime", "switch on onnxruntime", ("openvino",))
+    assert m.verdict[1].startswith("Keep the deployed model on openvino: on openvino the candidate runs at 0.70x the deployed file's speed, "
+                                   "below openvino's own fp32 run (0.90x)")
+    assert any(v.startswith("To deploy it for onnxruntime only:") for v in m.verdict)
+    assert "SWITCH ON ONNXRUNTIME" in render_markdown(report) and 'class="decision">switch on onnxruntime<' in render_html(report)
+    _measured(inputs.measurements, {"onnxruntime": (0.95, 2.0), "openvino": (0.70, 0.9)})
+    report = build_report([inputs])
+    m = report.models[0]
+    assert (m.decision, m.choice.rule) == ("keep deployed", "candidate-slower-everywhere") and not m.choice.deploys
+    html = render_html(report)
+    assert not any(v.startswith("To deploy it") for v in m.verdict) and '<div class="cmd">' not in html[:html.index("<h2>At a glance")]
+
+
+def test_a_fallback_candidate_is_verified_on_each_runtime_it_switches_on():
+    """The deploy commands under a switch verify the bundle on the runtimes it is to run on, not on one by default."""
+    import types
+
+    from quantkit.report.candidate import deploy_commands
+
+    fb = types.SimpleNamespace(reference_sets=(types.SimpleNamespace(path="reference_sets/cam1-day"),))
+    work = Path("work/models/ppocr_det")
+    cmds = deploy_commands("ppocr_det", work / "quantize/candidate", work / "thresholds/candidate.json", fb, ["site_sets/cam1-day"],
+                           ("onnxruntime", "openvino"))
+    assert cmds[0].startswith("quantkit bundle ") and len(cmds) == 3
+    assert "--runtime onnxruntime" in cmds[1] and cmds[1].endswith("verify-candidate-onnxruntime.json")
+    assert "--runtime openvino" in cmds[2] and cmds[2].endswith("verify-candidate-openvino.json")

@@ -102,9 +102,12 @@ def _lines(result: Any, cfg: Any) -> str:
         out.append(f"  clipping: {100 * k.rate:.3f}% vs baseline {100 * k.baseline:.3f}% (threshold {100 * k.threshold:.3f}%)"
                    f"{' MOVED' if k.moved else ''}")
     out.extend(f"  - {r}" for r in result.reasons)
-    if result.changed:  # the cause -> action table (quantkit.drift.advice); a change of light matters only if the model disagrees
-        found = diagnose_result(result)
-        when = "" if found.action.name in ("check-camera", "retrain", "register-set") else " if the deployed model no longer agrees with FP32 (the shift report says)"
-        out.append(f"  what to do: {found.action.badge}{when}: {found.words}; {found.action.fix}")
+    if result.changed:  # the one rule (quantkit.decision): agreement held -> watch, fell -> the cause -> action table's action
+        held, fell = diagnose_result(result, covered=True), diagnose_result(result, agreement_low=True)
+        if held.action is fell.action:  # a camera fault or new content: the same whatever the agreement
+            out.append(f"  what to do: {fell.sentence}")
+        else:
+            out.append(f"  what to do while the deployed model still agrees with FP32: {held.sentence}")
+            out.append(f"  if its agreement falls (the shift report says): {fell.sentence}")
     out.extend(f"  warning: {w}" for w in result.warnings)
     return "\n".join(out)

@@ -109,14 +109,15 @@ def run(args: argparse.Namespace) -> int:
             raise InputFileError(f"{w}: model work folder not found; pass the folder holding eval/, quantize/ and thresholds/ (e.g. work/models/ppocr_det)")
     cfg = config_from_params(ReportConfig, args.params, "report")
     runtimes = tuple(targets(args.params) or ())
-    report = make_report([ModelInputs.from_work_dir(w, site_sets=args.site_sets, targets=runtimes) for w in args.model], cfg, args.out)
+    report = make_report([ModelInputs.from_work_dir(w, site_sets=args.site_sets, targets=runtimes,
+                                                    measurements=args.out / "machine" / Path(w).name / "measurements.json")
+                          for w in args.model], cfg, args.out)
     if args.json:
         sys.stdout.write(json.dumps(report.to_dict(), indent=2, sort_keys=True, default=str) + "\n")
         return 0
     lines = []
     for m in report.models:
-        head, *facts = m.verdict
-        lines += [f"{m.name}: {head}", *(f"  {v}" for v in facts)]
+        lines += [f"{m.name}: {m.label.upper()}", *(f"  {v}" for v in m.verdict)]
         for s in m.sites:
             lines.append(f"  {s.name}: " + ", ".join(f"{x.variant} {x.status} {m.primary.name} {x.agreement.get(m.primary.name, float('nan')):.2f}"
                                                      for x in s.metrics if x.variant in ("deployed", "candidate")))

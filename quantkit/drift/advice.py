@@ -52,8 +52,7 @@ QUANTIZATION_LOSS = Action(
     "options); recalibrating on the same kind of images will not help")
 WATCH = Action(
     "watch", "watch",
-    "The images changed, but the INT8 model still agrees with FP32 and they are no further from its calibration set: "
-    "nothing to fix yet.",
+    "The images moved away from the calibration set, but the INT8 model still agrees with FP32: nothing to fix yet.",
     "keep the camera in the next checks; recalibrate if its agreement with FP32 falls")
 NEW_SET = Action(
     "register-set", "register set",
@@ -77,7 +76,7 @@ CAUSES: dict[str, tuple[str, Action]] = {
     "lighting": ("the lighting changed", RECALIBRATE),
     "colour_cast": ("the colour of the light changed", RECALIBRATE),
     "clipping": ("activations leave the calibrated ranges", RECALIBRATE),
-    "covered": ("the light changed, but INT8 still agrees with FP32 and the images are no further from the calibration set", WATCH),
+    "covered": ("the images moved away from the calibration set, but INT8 still agrees with FP32", WATCH),
     "quantization": ("no image statistic moved, yet INT8 disagrees with FP32", QUANTIZATION_LOSS),
     "none": ("no image statistic moved and INT8 still agrees with FP32", NO_ACTION),
 }
@@ -168,8 +167,9 @@ def diagnose(before: Mapping[str, float], after: Mapping[str, float], moved: Col
         agreement_low: INT8 disagrees with FP32 here (fell, or below the report's bound).
         fp32_fails: FP32 itself fails against the labels (or finds most of its detections gone).
         drifting: the brightness keeps moving one way window after window (:func:`is_drifting`).
-        covered: the calibration set still covers a change of light (INT8 agrees, the images are no further from
-            it); then a lighting or colour change is ``covered`` (watch), never a camera fault.
+        covered: INT8 agreement with FP32 held (whether or not the images moved away from the calibration set); then a
+            lighting or colour change is ``covered`` (watch), never "recalibrate" (:mod:`quantkit.decision`: one rule
+            for every caller), and a camera fault is still a camera fault.
         clipping: INT8 activations clip beyond their calibration baseline (:mod:`quantkit.drift.clipping`).
     """
     if _other_kind(before, after):
@@ -210,8 +210,9 @@ def _other_kind(before: Mapping[str, float], after: Mapping[str, float]) -> bool
     return (far(area, KIND_AREA_RATIO) and far(aspect, KIND_ASPECT_RATIO)) or far(aspect, KIND_ASPECT_RATIO ** 2)
 
 
-def diagnose_result(drift: Any, *, agreement_low: bool = False, fp32_fails: bool = False) -> Finding:
+def diagnose_result(drift: Any, *, agreement_low: bool = False, fp32_fails: bool = False, covered: bool = False) -> Finding:
     """:func:`diagnose` of a :class:`quantkit.artifacts.DriftResult` (calibration vs site medians, the statistics that
     moved, clipping), for ``quantkit drift`` and the shift report; the other arguments as :func:`diagnose`'s."""
     return diagnose({c.name: c.calibration_median for c in drift.changes}, {c.name: c.site_median for c in drift.changes},
-                    drift.moved, agreement_low=agreement_low, fp32_fails=fp32_fails, clipping=bool(drift.clipping and drift.clipping.moved))
+                    drift.moved, agreement_low=agreement_low, fp32_fails=fp32_fails, covered=covered,
+                    clipping=bool(drift.clipping and drift.clipping.moved) and not covered)

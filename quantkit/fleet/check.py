@@ -7,8 +7,8 @@ that moved (medians before/after from the KLL sketches), INT8 agreement with FP3
 image since then against its reference, clipping, and whether its images moved further from the
 deployed calibration set. The action comes from the one cause -> action table
 (:func:`quantkit.drift.advice.diagnose`): a camera fault (defocus, sensor noise, exposure that collapsed or keeps
-drifting) is ``check-camera``; a change of light is ``recalibrate`` when INT8 agreement fell or the images moved
-further from the calibration set, else ``watch``. Cameras are ranked by action (most urgent first, the order of
+drifting) is ``check-camera``; a change of light is ``recalibrate`` when INT8 agreement fell, else ``watch`` (the
+images moved away from the calibration set, agreement held: the same rule and words as the shift report's). Cameras are ranked by action (most urgent first, the order of
 :data:`quantkit.drift.advice.ACTIONS`), then by severity (largest effect over its threshold).
 
 The result is a :class:`FleetCheck` (``check.json``) with site and fleet rollups, a verdict line for
@@ -222,15 +222,16 @@ def _reasons(judged: list[WindowCheck], since: int, ref: Any, after: Any, primar
 def _diagnose(ref: Any, after: Any, moved: set[str], agreement_fell: bool, further: bool, trend: list[float]) -> Any:
     """The camera's cause and action through the one table (:func:`quantkit.drift.advice.diagnose`): medians of its
     reference and of everything since the change, ``trend`` (its brightness median per judged window since the change:
-    exposure drift), and whether the calibration set still covers the change (INT8 agreement held and the images
-    moved no further from it)."""
+    exposure drift), and whether INT8 agreement held: then a change of light is "watch: the images moved away from the
+    calibration set" (:mod:`quantkit.decision`: the shift report's words for a site set whose agreement held), never
+    "recalibrate", however far the images moved (``further`` is a reason shown, not a cause)."""
     from ..calibset.stats import STAT_COLUMNS
     from ..drift.advice import diagnose, is_drifting
 
     before = {n: ref.quantile(n, 0.5) for n in STAT_COLUMNS if n in ref.kll}
     since = {n: after.quantile(n, 0.5) for n in STAT_COLUMNS if n in after.kll}
     drifting = is_drifting(trend, before.get("brightness_mean", 0.0))
-    return diagnose(before, since, moved, agreement_low=agreement_fell, drifting=drifting, covered=not (agreement_fell or further))
+    return diagnose(before, since, moved, agreement_low=agreement_fell, drifting=drifting, covered=not agreement_fell)
 
 
 @dataclasses.dataclass(frozen=True)

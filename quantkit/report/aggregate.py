@@ -28,7 +28,7 @@ from .config import ReportConfig
 from ..artifacts.verification import DeploymentVerification
 from .model import INT8_ROLES, Example, ModelReport, ShiftMetrics, SiteReport
 from .paired import PairedDifference, paired_difference
-from .verdict import verdict
+from .verdict import decide_model
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +54,13 @@ class ModelInputs:
     """``(runtime, folder)`` per target runtime (params ``targets``): ``folder`` holds ``quantize/`` (the deployed record's
     ranges placed for that runtime), ``thresholds.json`` and ``verify.json`` (its bundle verified on that runtime). When
     given, these verifications replace ``verification``."""
+    measurements: Path | None = None
+    """``reports/machine/<model>/measurements.json`` (``quantkit measure``) when present: the candidate's speed per runtime
+    against the deployed file and the runtime's best float run, evidence for the decision (no switch where it is slower)."""
 
     @classmethod
-    def from_work_dir(cls, work: str | Path, *, site_sets: Path | None = None, targets: Sequence[str] = ()) -> "ModelInputs":
+    def from_work_dir(cls, work: str | Path, *, site_sets: Path | None = None, targets: Sequence[str] = (),
+                      measurements: Path | None = None) -> "ModelInputs":
         """The pipeline's layout under one model's work folder: ``eval/``, ``drift/``, ``quantize/{deployed,candidate}``,
         ``thresholds/{deployed,candidate}.json`` (the candidate only when present), and ``targets/<runtime>/`` per runtime of
         ``targets`` (else one ``verify.json``)."""
@@ -65,7 +69,7 @@ class ModelInputs:
         has_cand = cand.is_dir() and cand_t.is_file()
         return cls(w.name, w / "eval", w / "quantize" / "deployed", w / "thresholds" / "deployed.json",
                    cand if has_cand else None, cand_t if has_cand else None, w / "drift" if (w / "drift").is_dir() else None, site_sets,
-                   None if targets else w / "verify.json", tuple((rt, w / "targets" / rt) for rt in targets))
+                   None if targets else w / "verify.json", tuple((rt, w / "targets" / rt) for rt in targets), measurements)
 
 
 def _per_image(path: Path) -> Any:
@@ -298,30 +302,41 @@ def build_model_report(inputs: ModelInputs, cfg: ReportConfig) -> ModelReport:
         verification, unverified = _target_verifications(inputs.targets, dep_rec)
     else:
         verification, unverified = _verification(inputs.verification, dep_rec, roles["deployed"][1]), []
-    decision, lines = verdict(sites, primary, summary.item, dep_rec.set_name, cand[0].set_name if cand else None, cfg,
-                              metrics=summary.metrics, same_calibration=same, paired=evidence[0] if evidence else None,
-                              paired_sites=evidence[1:], verification=verification, with_verification=True,
-                              per_runtime=bool(inputs.targets), unverified=tuple(unverified),
-                              calibration=(cs.camera, cs.lighting) if (cs := dep_rec.calibration_set) else ("", ""))
     fallback = _fallback(inputs.candidate) if inputs.candidate else None
     site_paths = [s.images_dir.as_posix() if s.images_dir else f"site_sets/{s.name}" for s in sites]
-    deploy = tuple(deploy_commands(inputs.name, inputs.candidate, inputs.candidate_thresholds, fallback, site_paths)) \
-        if fallback is not None and inputs.candidate is not None and inputs.candidate_thresholds is not None else ()
-    if deploy:  # a fallback candidate keeps nodes in float: a new calibration alone would not reproduce it
+    from_fallback = fallback is not None and inputs.candidate is not None and inputs.candidate_thresholds is not None
+    how = None
+    if from_fallback:  # a fallback candidate keeps nodes in float: a new calibration alone would not reproduce it
         how = (f"it came from the precision fallback ({len(fallback.kept)} nodes kept in float), so recalibrating the deployed model on "
                f"its set would not reproduce it" if fallback.kept else
                "it is the precision fallback's output (every node in 8 bits" + (f", after {', '.join(st.name for st in fallback.recovery)}"
                                                                                if fallback.recovery else "") + ")")
-        lines = [f"To deploy it: {how}; bundle and verify that file with the two commands below ('quantkit bundle', then 'quantkit verify')."
-                 if line.startswith("To deploy it: set the model's sets.deployed") else line for line in lines]
+        how += "; bundle it and verify that bundle on each runtime it is to run on with the commands below ('quantkit bundle', then 'quantkit verify')."
+    choice, lines = decide_model(sites, primary, summary.item, dep_rec.set_name, cand[0].set_name if cand else None, cfg,
+                                 metrics=summary.metrics, same_calibration=same, paired=evidence[0] if evidence else None,
+                                 paired_sites=evidence[1:], verification=verification, with_verification=True,
+                                 per_runtime=bool(inputs.targets), unverified=tuple(unverified),
+                                 calibration=(cs.camera, cs.lighting) if (cs := dep_rec.calibration_set) else ("", ""),
+                                 measurements=_measurements(inputs.measurements, inputs.name), deploy_how=how)
+    on = choice.keys or tuple(rt for rt, _ in inputs.targets)  # a switch on some runtimes verifies on those, else on every target
+    deploy = tuple(deploy_commands(inputs.name, inputs.candidate, inputs.candidate_thresholds, fallback, site_paths, on)) if from_fallback else ()  # type: ignore[arg-type]
     provenance = {role: {"record": r.fingerprint, "model_digest": r.model_digest, "quantized_model_digest": r.quantized_model_digest,
                          "calibration_set": r.set_name, "calibration_set_id": r.set_id, "method": r.config.get("method"),
                          "thresholds": ts.fingerprint, "versions": r.versions} for role, (r, ts, _) in roles.items()}
-    return ModelReport(inputs.name, summary.task, summary.item, summary.scores, primary, summary.metrics, tuple(sites), decision,
+    return ModelReport(inputs.name, summary.task, summary.item, summary.scores, primary, summary.metrics, tuple(sites), choice.decision,
                        tuple(lines), dep_rec.set_name, cand[0].set_name if cand else None,
                        tuple(threshold_table(roles["deployed"][1], cand[1] if cand else None)),
                        tuple(scale_moves(dep_rec, cand[0], cfg.top_tensors)) if cand and not same else (), fallback, provenance, deploy,
-                       evidence, verification)
+                       evidence, verification, choice)
+
+
+def _measurements(path: Path | None, model: str) -> list[dict[str, Any]]:
+    """This model's rows of ``measurements.json`` (``quantkit measure``); none without the file. The file is machine-
+    dependent: it changes the decision only where it shows the candidate slower than the deployed file."""
+    if path is None or not path.is_file():
+        return []
+    rows = read_json(path, "measurements").get("latency", [])
+    return [r for r in rows if isinstance(r, dict) and r.get("model") == model]
 
 
 def _fallback(candidate: Path) -> Any:

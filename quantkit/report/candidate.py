@@ -40,10 +40,20 @@ def _where(fb: Any) -> str:
 
 
 def node_lines(fb: Any, limit: int = MAX_NODES) -> list[str]:
-    """``name (op type): reason`` for the first ``limit`` kept nodes, then how many more."""
-    lines = [f"{k.name} ({k.op_type}): {k.reason}" for k in fb.kept[:limit]]
+    """One line per reason, the nodes kept for it grouped: ``8 nodes: <reason> (conv1 (Conv), ...)``, the first ``limit``
+    names listed over all lines, then how many more."""
+    groups: dict[str, list[str]] = {}
+    for k in fb.kept:
+        groups.setdefault(k.reason, []).append(f"{k.name} ({k.op_type})")
+    lines, shown = [], 0
+    for reason, nodes in groups.items():
+        names = nodes[:max(limit - shown, 0)]
+        shown += len(names)
+        more = f", ... {len(nodes) - len(names)} more" if len(nodes) > len(names) else ""
+        head = f"{len(nodes)} nodes, same reason" if len(nodes) > 1 else "1 node"
+        lines.append(f"{head}: {reason}" + (f" ({', '.join(names)}{more})" if names else f" ({len(nodes)} not listed)"))
     if len(fb.kept) > limit:
-        lines.append(f"... and {len(fb.kept) - limit} more (fallback.json lists every node and why)")
+        lines.append(f"{len(fb.kept) - limit} nodes not named here (fallback.json lists every node and why)")
     return lines
 
 
@@ -66,15 +76,25 @@ def latency_lines(fb: Any, show: bool = True) -> list[str]:
     return lines
 
 
-def deploy_commands(name: str, candidate: Path, thresholds: Path, fb: Any, site_sets: Sequence[str]) -> list[str]:
+def deploy_commands(name: str, candidate: Path, thresholds: Path, fb: Any, site_sets: Sequence[str], runtimes: Sequence[str] = ()) -> list[str]:
     """The commands that package and verify the candidate (the pipeline layout ``work/models/<model>/...``): golden
-    outputs from the fallback's first reference set, verification on ``site_sets`` (the report's site set folders)."""
+    outputs from the fallback's first reference set, verification on ``site_sets`` (the report's site set folders), once
+    per runtime of ``runtimes`` (the target runtimes it is to be deployed on; none: the runtimes verify picks)."""
     work = candidate.parent.parent
     golden = next((s.path for s in fb.reference_sets if s.path), "reference_sets/<a reference set>")
     dist = f"dist/{name}-candidate"
     sites = "".join(f" --site-set {shlex.quote(s)}" for s in site_sets)
+    verify = [f"quantkit verify {dist} --fp32 {work / 'intake'}{sites} --params params.yaml --out {work / 'verify-candidate.json'}"] if not runtimes else [
+        f"quantkit verify {dist} --runtime {rt} --fp32 {work / 'intake'}{sites} --params params.yaml --out {work / f'verify-candidate-{rt}.json'}"
+        for rt in runtimes]
     return [f"quantkit bundle {candidate} --thresholds {thresholds} --fp32 {work / 'intake'} --golden {golden} --params params.yaml --out {dist}",
-            f"quantkit verify {dist} --fp32 {work / 'intake'}{sites} --params params.yaml --out {work / 'verify-candidate.json'}"]
+            *verify]
+
+
+def _deploys(m: Any) -> bool:
+    """Whether the model's decision is to deploy the candidate (commands are shown under no other decision)."""
+    choice = getattr(m, "choice", None)
+    return choice is not None and choice.deploys
 
 
 def section(m: Any, show_latency: bool = True) -> dict[str, list[str]]:
@@ -90,7 +110,9 @@ def markdown(m: Any, show_latency: bool = True) -> list[str]:
         return []
     s = section(m, show_latency)
     lines = ["### The candidate (precision fallback)", "", *s["summary"], "", "Kept in float, and why:", ""]
-    lines += [f"- {x}" for x in s["nodes"]] + [""] + [f"- {x}" for x in s["latency"]] + ["", "To deploy it:", "", "```bash", *s["deploy"], "```", ""]
+    lines += [f"- {x}" for x in s["nodes"]] + [""] + [f"- {x}" for x in s["latency"]] + [""]
+    if _deploys(m):  # commands only under a decision to deploy
+        lines += ["To deploy it:", "", "```bash", *s["deploy"], "```", ""]
     return lines
 
 
@@ -101,10 +123,10 @@ def html(m: Any, show_latency: bool = True) -> Any:
     s = section(m, show_latency)
     items = "".join(f"<li>{escape(x)}</li>" for x in s["nodes"])
     lat = "".join(f"<li>{escape(x)}</li>" for x in s["latency"])
-    cmds = command_blocks(s["deploy"])
+    cmds = Markup("<p>To deploy it:</p>") + command_blocks(s["deploy"]) if _deploys(m) else Markup("")
     return Markup(f"<h3>The candidate (precision fallback)</h3><p>{escape(s['summary'][0])}</p>"
                   f"<details><summary>Kept in float, and why ({len(m.fallback.kept)})</summary><ul>{items}</ul></details>"
-                  f"<p>Latency:</p><ul>{lat}</ul><p>To deploy it:</p>{cmds}")
+                  f"<details><summary>Latency measured by the fallback</summary><ul>{lat}</ul></details>{cmds}")
 
 
 __all__ = ["deploy_commands", "html", "latency_lines", "markdown", "node_lines", "section", "summary_line"]

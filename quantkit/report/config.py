@@ -6,6 +6,7 @@ import dataclasses
 from typing import ClassVar
 
 from ..config import Config
+from ..decision import AgreementPolicy
 from ..errors import ConfigError
 
 
@@ -84,6 +85,11 @@ class ReportConfig(Config):
         if self.top_tensors < 1:
             raise ConfigError(f"report.top_tensors: {self.top_tensors} must be >= 1")
 
+    def policy(self, **stated: float) -> AgreementPolicy:
+        """This report's :class:`quantkit.decision.AgreementPolicy` (the green line and amber band stated here; ``stated``:
+        the other sections' numbers, ``floor`` = ``thresholds.min_agreement``, ``fleet_drop`` = ``fleet.check.agreement_drop``)."""
+        return AgreementPolicy(green=self.min_agreement, amber_band=self.amber_band, **stated)
+
     def status(self, agreement: float, detection_change: float) -> str:
         """``green`` / ``amber`` / ``red`` for a quantized model on one site set (see :meth:`rule`)."""
         if agreement >= self.min_agreement and abs(detection_change) <= self.max_detection_change:
@@ -99,4 +105,5 @@ class ReportConfig(Config):
                 f"within {100 * self.max_detection_change:.0f}% of FP32's; red below {self.min_agreement - self.amber_band:.2f} or beyond "
                 f"{200 * self.max_detection_change:.0f}%; amber between. Switch to a candidate only when it is green on every site set "
                 "and either green where the deployed model is not, or closer to FP32 on the same images by a paired 95% interval "
-                "that excludes 0 (params.yaml: report).")
+                "that excludes 0, significantly worse on none, and not slower than the deployed file on a measured runtime "
+                "(else switch on the other runtimes, or keep) (params.yaml: report).")

@@ -9,12 +9,13 @@ from typing import Any
 
 from ..artifacts.drift import DriftResult
 from ..artifacts.evaluation import MetricInfo, NearLine
+from ..decision import DECISIONS
 from .config import ReportConfig
 
 SCHEMA_VERSION = 2
 STATUS_CODE = {"green": 0, "amber": 1, "red": 2}
-DECISIONS = ("switch to candidate", "keep deployed", "needs review")
 INT8_ROLES = ("deployed", "candidate")
+__all__ = ["DECISIONS", "INT8_ROLES", "STATUS_CODE", "Example", "ModelReport", "ShiftMetrics", "ShiftReport", "SiteReport"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +102,18 @@ class ModelReport:
     """:class:`quantkit.report.paired.PairedDifference` of candidate minus deployed: over every site set first, then per set."""
     verification: Any = None
     """The deployed bundle's :class:`quantkit.artifacts.verification.DeploymentVerification`, or None ("not verified")."""
+    choice: Any = None
+    """The :class:`quantkit.decision.Decision` (label, rule, reasons; ``verdict`` starts with its reasons)."""
+
+    @property
+    def label(self) -> str:
+        """``switch on onnxruntime`` or the decision."""
+        return self.choice.label if self.choice is not None else self.decision
+
+    @property
+    def reasons(self) -> int:
+        """How many of ``verdict``'s first lines are the decision's reasons (the rest is its evidence)."""
+        return len(self.choice.reasons) if self.choice is not None else 1
 
     def site(self, name: str) -> SiteReport | None:
         return next((s for s in self.sites if s.name == name), None)
@@ -118,7 +131,7 @@ class ShiftReport:
     def decision(self) -> str:
         """``needs review`` if any model needs it, else ``switch to candidate`` if any model should switch."""
         decisions = [m.decision for m in self.models]
-        return next((d for d in ("needs review", "switch to candidate") if d in decisions), "keep deployed")
+        return next((d for d in ("needs review", "switch to candidate", "switch on runtime", "watch") if d in decisions), "keep deployed")
 
     def metrics_dict(self) -> dict[str, Any]:
         """DVC metrics: ``{model: {site: {variant: {...}, "drift": {...}}, "verdict": {...}}}``, numbers and bools only."""
@@ -141,13 +154,14 @@ class ShiftReport:
                                      **({"clipping_rate": _round(d.clipping.rate), "clipping_moved": d.clipping.moved} if d.clipping else {}),
                                      **{f"{e.name}.{e.metric}": _round(e.effect) for e in d.statistics}}
                 node[s.name] = site
-            node["verdict"] = {"candidate_acceptable": mr.decision == "switch to candidate", "needs_review": mr.decision == "needs review"}
+            node["verdict"] = {"candidate_acceptable": mr.decision in ("switch to candidate", "switch on runtime"),
+                               "needs_review": mr.decision == "needs review", "watch": mr.decision == "watch"}
             out[mr.name] = node
         return out
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, "title": self.title, "decision": self.decision,
-                "models": {m.name: {"task": m.task, "decision": m.decision, "verdict": list(m.verdict),
+                "models": {m.name: {"task": m.task, "decision": m.decision, "label": m.label, "verdict": list(m.verdict),
                                     "sites": {s.name: [x.to_dict() for x in s.metrics] for s in m.sites},
                                     "thresholds": list(m.thresholds), "scale_moves": list(m.scale_moves), "fallback": m.fallback.to_dict() if m.fallback is not None else None,
                                     "evidence": [e.to_dict() for e in m.evidence],

@@ -71,12 +71,12 @@ SPEED_JS = """
         "</td><td class='l'>" + esc(p.runtime) + "@" + esc(p.threads) + "</td><td>" + p.total_ms.toFixed(1) + "</td><td>" +
         (100 * p.integer_kernel_share).toFixed(0) + "%</td><td>" + esc(p.conversions) + " (" + p.conversion_ms.toFixed(1) + " ms)</td><td class='l'>" + kinds + "</td></tr>";
     });
-    return "<p>Where the time went, per node, as each runtime reports what it executed (one profiled inference; layer times " +
+    return "<details><summary>Where the time went, per node (for engineers)</summary><p>Where the time went, per node, as each runtime reports what it executed (one profiled inference; layer times " +
       "add up to more than the latency above when the runtime's profiler adds overhead). Integer kernels: convolutions and matrix " +
       "products that ran in int8/uint8. A standalone Q/DQ node is a conversion between float and integer that no kernel absorbed.</p>" +
       "<table id='node-table'><tr><th class='l'>model</th><th class='l'>variant</th><th class='l'>runtime@threads</th><th>layer ms</th>" +
       "<th>in integer Conv/MatMul kernels</th><th>standalone Q/DQ nodes</th><th class='l'>slowest layer kinds (type, precision, ms)</th></tr>" +
-      body.join("") + "</table>";
+      body.join("") + "</table></details>";
   }
 })();
 """
@@ -119,8 +119,9 @@ def _thumbs(m: ModelReport, px: int) -> dict[str, list[Markup]]:
 
 def verdict_commands(m: ModelReport) -> tuple[str, ...]:
     """The commands that carry out the verdict (shown as code blocks under it): the fallback candidate's bundle and
-    verify commands, or the pipeline's for a recalibrated candidate; none unless the verdict says "To deploy it"."""
-    if not any(line.startswith("To deploy it:") for line in m.verdict):
+    verify commands, or the pipeline's for a recalibrated candidate; none unless the decision is to deploy it (switch, or
+    switch on a runtime: :data:`quantkit.decision.DEPLOYS`)."""
+    if m.choice is None or not m.choice.deploys:
         return ()
     return m.deploy or ("dvc repro", "dvc metrics diff")
 
@@ -144,7 +145,7 @@ def render_html(report: ShiftReport) -> str:
         "drift_labels": {m.name: {s.name: drift_label(s) for s in m.sites} for m in report.models},
         "agreement_metrics": {m.name: [x for x in m.metrics if x.kind == "agreement"][:2] for m in report.models},
         "accuracy_metrics": {m.name: [x for x in m.metrics if x.kind == "accuracy"][:3] for m in report.models},
-        "more_metrics": {m.name: [x for x in m.metrics if x.kind == "agreement"][2:] for m in report.models},
+        "more_metrics": {m.name: [x for x in m.metrics if x.kind == "agreement" and x.name != m.primary.name] for m in report.models},
         "drift_metrics": sorted({e.metric for m in report.models for s in m.sites if s.drift for e in s.drift.statistics}),
         "effects": {m.name: {s.name: {(e.name, e.metric): e for e in (s.drift.statistics if s.drift else ())} for s in m.sites} for m in report.models},
         "figures": {m.name: _figures(m, report) for m in report.models},
@@ -155,6 +156,7 @@ def render_html(report: ShiftReport) -> str:
         "commands": {m.name: command_blocks(verdict_commands(m)) for m in report.models},
         "glossary": glossary(report.models), "copy_js": Markup(COPY_JS),
         "fallback_html": {m.name: candidate.html(m, cfg.candidate_latency) for m in report.models if m.fallback is not None},
+        "primary_only": {m.name: [x for x in m.metrics if x.name == m.primary.name] for m in report.models},
         "provenance": {m.name: canonical_json(m.provenance) for m in report.models},
         "versions": canonical_json(tool_versions(("quantkit", "onnx", "onnxruntime", "numpy", "pandas", "scipy", "matplotlib"), python=True)),
     }
@@ -165,7 +167,7 @@ def render_markdown(report: ShiftReport) -> str:
     """The same verdicts and per-site figures as Markdown."""
     lines = [f"# {report.title}", ""]
     for m in report.models:
-        lines += [f"## {m.name}: **{m.decision.upper()}**", ""] + [f"- {v}" for v in m.verdict] + [f"- Warning: {w}" for w in near_line.warnings(m, report.config)] + [""]
+        lines += [f"## {m.name}: **{m.label.upper()}**", ""] + [f"- {v}" for v in m.verdict] + [f"- Warning: {w}" for w in near_line.warnings(m, report.config)] + [""]
         if verdict_commands(m):
             lines += ["```bash", *verdict_commands(m), "```", ""]
         lines += [f"| site set | model | status | {m.primary.label} | {plural(m.item)} / image | Δ vs FP32 | what changed in the images |",
