@@ -309,6 +309,9 @@ def effective_settings(path: str | Path, model: str) -> list[EffectiveKey]:
             raw, where = section_for_model(path, section, model)
             raw = {k: v for k, v in raw.items() if f"{section}.{k}" not in SECTIONS}
             values = cls.from_dict(raw, where=f"{path}:{where}").to_dict()
+        elif section == "task":  # the adapter's options as it runs with them, defaults included
+            task = config_from_params(cls, path, section, model=model)
+            values = {"adapter": task.adapter, "options": task.make().options()}  # type: ignore[attr-defined]
         else:
             values = config_from_params(cls, path, section, model=model).to_dict()
         for key, value in _flatten(values, section):

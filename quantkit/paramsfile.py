@@ -248,33 +248,23 @@ def check_model_source(path: str | Path, name: str, model_file: str | Path) -> N
 
 def set_model_keys(params_path: str | os.PathLike[str], name: str, changes: Mapping[str, Any]) -> Path:
     """Set dotted keys under ``models.<name>`` (``{"sets.deployed.calibration": "x", "quantize.method": "percentile"}``),
-    creating mappings on the way, with ruamel's round-trip (comments kept), atomically; the result must pass the params
-    key check.
+    creating mappings on the way; the model's entry is rewritten through :func:`set_model_entry` (``force``), so every
+    other line of the file stays as the user wrote it; atomically, checked like ``models add``.
 
     Raises:
         ConfigError: no such model, a key path through a value that is not a mapping, or a result the key check refuses.
         InputFileError: the file is missing or not YAML.
     """
-    from ruamel.yaml.comments import CommentedMap
-
     p = Path(params_path)
-    if not p.exists():
-        raise InputFileError(f"{p}: params file not found; pass --params PATH")
-    y, data = _load(p)
-    models = data.get("models") if isinstance(data, CommentedMap) else None
-    if not isinstance(models, CommentedMap) or name not in models:
-        raise ConfigError(f"{p}: model {name!r} is not under 'models'; fix the name")
+    models = load_params(p, "models")
+    if name not in models or not isinstance(models[name], Mapping):
+        raise ConfigError(f"{p}: model {name!r} is not under 'models'; check the model's name")
+    entry = _plain(models[name])
     for dotted, value in changes.items():
-        node, parts = models[name], dotted.split(".")
+        node, parts = entry, dotted.split(".")
         for part in parts[:-1]:
-            if part not in node:
-                node[part] = CommentedMap()
-            node = node[part]
-            if not isinstance(node, CommentedMap):
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
                 raise ConfigError(f"{p}: models.{name}.{dotted}: {part} is not a mapping; fix it by hand")
-        node[parts[-1]] = _node(value)
-    _check_keys(p, _plain(data))
-    buf = io.StringIO()
-    y.dump(data, buf)
-    atomic_write_text(p.resolve(), buf.getvalue())
-    return p
+        node[parts[-1]] = value
+    return set_model_entry(p, name, entry, force=True)

@@ -250,6 +250,8 @@ def test_the_recalibration_loop_ends_in_promote(user_repo, capsys):
     assert main([*q, "--role", "deployed", "--out", "work/models/cls/quantize/promoted"]) == 0
     rec = json.loads(Path("work/models/cls/quantize/promoted/record.json").read_text())
     assert rec["calibration_set"]["set_id"] == composed["set_id"] and rec["config"]["method"] == "percentile"
+    promoted = json.loads((Path(done["path"]) / "manifest.json").read_text())
+    assert promoted["name"] == done["name"] and promoted["set_id"] == composed["set_id"]  # its own name, the same content
     assert main(["models", "promote", "cls"]) == 0  # promoting again is the same set: nothing new
     assert sorted(p.name for p in Path("data/cls/calibration").iterdir()) == sorted(["day", "night", done["name"]])
 
@@ -259,3 +261,57 @@ def test_promote_without_a_candidate_says_to_run_the_pipeline(user_repo, capsys)
     before = Path("params.yaml").read_bytes()
     assert main(["models", "promote", "cls"]) == 2
     assert "no candidate to promote" in capsys.readouterr().err and Path("params.yaml").read_bytes() == before
+
+
+@pytest.mark.parametrize("extra, match", [
+    (["--calibration-set", "data/cls/site/day", "--reference-set", "data/cls/reference/day", "--site-set", "data/cls/site/night"],
+     "--calibration-set data/cls/site/day: registered as a site set; pass it as --site-set"),
+])
+def test_models_add_checks_each_sets_kind(user_repo, capsys, extra, match):
+    assert main(ADD + extra) == 2
+    assert match in capsys.readouterr().err
+
+
+def test_models_add_keeps_sets_inside_the_repository(user_repo, tmp_path_factory, capsys):
+    outside = tmp_path_factory.mktemp("elsewhere")
+    for kind in ("calibration", "reference", "site"):
+        make_set(outside / kind, "day", kind, 150)
+    args = ADD + [a for kind in ("calibration", "reference", "site") for a in (f"--{kind}-set", str(outside / kind / "day"))]
+    assert main(args) == 2
+    assert "lies outside" in capsys.readouterr().err
+
+
+def test_a_list_where_a_folder_goes_says_so(tmp_path):
+    with pytest.raises(ConfigError, match=r"sets\.site: a folder of sets, not a list; put the model's site sets in one folder"):
+        ModelSets.from_dict({**SETS, "site": ["a", "b"]})
+
+
+def test_models_add_force_names_the_keys_it_drops(user_repo, capsys):
+    assert main(ADD + OWN) == 0
+    params = yaml.safe_load(Path("params.yaml").read_text())
+    params["models"]["cls"]["fallback"] = {"target": 0.9}
+    Path("params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    capsys.readouterr()
+    assert main(ADD + OWN + ["--force"]) == 0
+    assert "not in the new one: fallback.target" in capsys.readouterr().out
+
+
+def test_a_label_the_task_cannot_read_names_the_image(user_repo, capsys):
+    assert main(ADD + OWN) == 0
+    assert main(["intake", "models/cls.onnx", "--params", "params.yaml", "--model", "cls", "--out", "work/models/cls/intake"]) == 0
+    assert main(["quantize", "work/models/cls/intake", "--params", "params.yaml", "--model", "cls", "--role", "deployed",
+                 "--out", "work/models/cls/quantize/deployed"]) == 0
+    assert main(["bind", "work/models/cls/quantize/deployed", "--fp32", "work/models/cls/intake", "--params", "params.yaml",
+                 "--model", "cls", "--role", "deployed", "--out", "work/models/cls/thresholds/deployed.json"]) == 0
+    bad = Path("bad")
+    (bad / "images").mkdir(parents=True)
+    Image.fromarray(np.full((64, 64, 3), 90, np.uint8)).save(bad / "images" / "00.png")
+    Path("labels.json").write_text(json.dumps({"images/00.png": {"class": "zero"}}))
+    assert main(["calibset", "register", "bad", "--name", "bad", "--kind", "site", "--labels", "labels.json"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", "bad", "--fp32", "work/models/cls/intake", "--params", "params.yaml", "--model", "cls",
+                 "--deployed", "work/models/cls/quantize/deployed", "--deployed-thresholds", "work/models/cls/thresholds/deployed.json",
+                 "--out", "work/eval-bad"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "bad/images/00.png: its labels" in err[0] and "not a class index" in err[0]
+    assert not Path("work/eval-bad").exists()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 from ..config import Config, config_from_params, has_section, load_params
 from ..errors import ConfigError, InputFileError
@@ -95,6 +96,15 @@ class ModelSets(Config):
     site: str
     deployed: DeployedSets
 
+    @classmethod
+    def from_dict(cls, data: Any, *, where: str | None = None) -> "ModelSets":
+        """As :meth:`Config.from_dict`, naming the fix for a list where a folder goes (a folder of sets, not a list)."""
+        for kind in KINDS:
+            if isinstance(data, dict) and isinstance(data.get(kind), list):
+                raise ConfigError(f"{where or 'sets'}.{kind}: a folder of sets, not a list; put the model's {kind} sets in one "
+                                  f"folder (e.g. data/<name>/{kind}/) and name that folder")
+        return super().from_dict(data, where=where)
+
     def validate(self) -> None:
         folders = {k: Path(getattr(self, k)) for k in KINDS}
         for kind, folder in folders.items():
@@ -167,7 +177,7 @@ def model_sets(params: str | Path, model: str) -> ModelSets:
     """
     models = load_params(params, "models")
     if model not in models:
-        raise ConfigError(f"{params}: model {model!r} is not under 'models' (it has {', '.join(sorted(models)) or 'none'}); fix --model")
+        raise ConfigError(f"{params}: model {model!r} is not under 'models' (it has {', '.join(sorted(models)) or 'none'}); check the model's name")
     if not has_section(params, "sets", model=model):
         raise ConfigError(f"{params}: models.{model}.sets is missing; name the model's own set folders "
                           "(calibration, reference, site, deployed: 'quantkit params sets'), or add it with "

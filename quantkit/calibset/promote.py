@@ -23,7 +23,7 @@ from ..artifacts.fallback import FallbackResult
 from ..artifacts.record import CalibrationRecord
 from ..errors import BindingMismatchError, InputFileError
 from ..paramsfile import set_model_keys
-from .manifest import MANIFEST, CalibrationSet
+from .manifest import IMAGES, MANIFEST, CalibrationSet, register_set
 from .model_sets import model_sets
 
 SETTINGS = ("method", "percentile", "calibration_symmetric", "symmetric_activations", "num_bins", "num_quantized_bins",
@@ -80,10 +80,14 @@ def promote_candidate(params: str | Path, model: str, work: str | Path = "work/m
     if dest.exists():
         if not (dest / MANIFEST).is_file() or CalibrationSet.load(dest).set_id != cset.set_id:
             raise InputFileError(f"{dest}: exists and is not this candidate's set; move it away first")
-    else:
+    else:  # the same images, registered under the name params will use (its set_id is the composed set's: same content)
         tmp = dest.with_name(f".{name}.tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(composed, tmp, ignore=shutil.ignore_patterns(".quantkit-*"))
+        shutil.copytree(composed / IMAGES, tmp / IMAGES)
+        labels = {e.file: dict(e.labels) for e in cset.entries if e.labels}
+        register_set(tmp, name=name, kind="calibration", camera=cset.camera, lighting=cset.lighting, site=cset.site,
+                     captured_at={e.file: e.captured_at for e in cset.entries if e.captured_at}, labels=labels or None,
+                     generator=cset.generator)
         tmp.rename(dest)
     deployed = CalibrationRecord.load(w / "quantize" / "deployed").config if (w / "quantize" / "deployed" / "record.json").is_file() else {}
     written: dict[str, Any] = {"sets.deployed.calibration": name}

@@ -146,6 +146,7 @@ def run_add(args: argparse.Namespace) -> int:
     if plan.defaulted:
         print(f"defaults {', '.join(plan.defaulted)} written with quantkit's defaults: check them against how your package "
               f"preprocesses (models.{args.name}.intake.preprocessing)")
+    _say_dropped(args, plan.entry)
     set_model_entry(args.params, args.name, plan.entry, force=args.force)
     print(f"wrote    {args.params}: models.{args.name} (source: file, file: {plan.entry['file']}); next: dvc repro")
     return 0
@@ -182,7 +183,7 @@ def _sets_entry(args: argparse.Namespace) -> dict[str, Any]:
         ConfigError: no sets and no --share-sets-of, both, sets of one kind in several folders, a folder another model
             uses (naming --share-sets-of), or an unknown model to share with. InputFileError: a set not registered.
     """
-    from ..calibset.manifest import MANIFEST
+    from ..calibset.manifest import MANIFEST, CalibrationSet
     from ..errors import ConfigError, InputFileError
     from ..paramsfile import model_names
 
@@ -205,14 +206,21 @@ def _sets_entry(args: argparse.Namespace) -> dict[str, Any]:
     entry: dict[str, Any] = {}
     for kind, dirs in given.items():
         parents = {Path(d).resolve().parent for d in dirs}
-        for d in dirs:
-            if not (Path(d) / MANIFEST).is_file():
-                raise InputFileError(f"{d}: not a registered set (no {MANIFEST}); register it: quantkit calibset register {d} --name NAME (its images in {d}/images/)")
         if len(parents) > 1:
             raise ConfigError(f"--{kind}-set: put the model's {kind} sets in one folder (models.{args.name}.sets.{kind} is a folder "
                               f"of sets, e.g. data/{args.name}/{kind}/); got {', '.join(sorted(str(p) for p in parents))}")
+        for d in dirs:
+            if not (Path(d) / MANIFEST).is_file():
+                raise InputFileError(f"{d}: not a registered set (no {MANIFEST}); register it: quantkit calibset register {d} --name NAME (its images in {d}/images/)")
+            registered = CalibrationSet.load(d).kind
+            if registered != kind:
+                raise ConfigError(f"--{kind}-set {d}: registered as a {registered} set; pass it as --{registered}-set, or register "
+                                  f"a copy with --kind {kind}")
         folder = parents.pop()
         rel = Path(os.path.relpath(folder, root)).as_posix()
+        if rel.startswith("../"):
+            raise ConfigError(f"--{kind}-set: {folder} lies outside {root}, the folder of {args.params} (the repository DVC runs in); "
+                              f"move the sets into it (e.g. data/{args.name}/{kind}/)")
         if rel in used:
             raise ConfigError(f"--{kind}-set: {rel} holds models.{used[rel]}'s sets; give the model a folder of its own "
                               f"(e.g. data/{args.name}/{kind}/), or pass --share-sets-of {used[rel]}")
@@ -262,3 +270,16 @@ def _say_sets(name: str, sets: dict[str, Any]) -> None:
     d = sets["deployed"]
     print(f"sets     calibrated on {sets['calibration']}/{d['calibration']} (pool: every set in {sets['calibration']}), "
           f"bound on {sets['reference']}/{d['reference']}, judged on every set in {sets['site']} (models.{name}.sets)")
+
+
+def _say_dropped(args: argparse.Namespace, entry: dict[str, Any]) -> None:
+    """With --force: the keys of the old entry the new one does not carry (a hand-written override, a promoted set)."""
+    from ..config import _read_params
+
+    old = ((_read_params(args.params) or {}).get("models") or {}).get(args.name) if args.params.exists() else None
+    if not isinstance(old, dict):
+        return
+    def keys(d: Any, prefix: str = "") -> set[str]:
+        return {k for key, v in d.items() for k in (keys(v, f"{prefix}{key}.") if isinstance(v, dict) and v else {f"{prefix}{key}"})}
+    if dropped := sorted(keys(old) - keys(entry)):
+        print(f"replaces models.{args.name}: these keys of the old entry are not in the new one: {', '.join(dropped)}")

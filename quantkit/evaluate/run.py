@@ -32,7 +32,7 @@ from .._overwrite import check_output_dir
 from ..artifacts.evaluation import EvalSummary, EvaluatedModel, MetricInfo, VariantSummary
 from ..artifacts.record import SetRef
 from ..artifacts.thresholds import ThresholdSet
-from ..errors import ConfigError, InputFileError
+from ..errors import CalibrationSetError, ConfigError, InputFileError
 from ..note import ExportNote
 from ..progress import progress
 from ..tasks import TaskAdapter, make_adapter
@@ -192,7 +192,11 @@ def evaluate(site_dir: str | os.PathLike[str], fp32_dir: str | os.PathLike[str],
             if not rows:
                 for m, o in outputs.items():
                     task.check_outputs({k: list(v.shape) for k, v in o.items()})
-            truth = task.truth(e.labels, tf)
+            try:
+                truth = task.truth(e.labels, tf)
+            except (TypeError, ValueError, KeyError, IndexError) as err:  # a label the task cannot read: name the image
+                raise CalibrationSetError(f"{Path(cset.root) / e.file}: its labels {dict(e.labels or {})} are not what the {task.name} task "
+                                          f"reads ({type(err).__name__}: {err}); fix them in the set's labels and register it as a new version") from None
             if truth is None and e.labels and labelled:  # labels present but not the task's key: say so once, not a silent no-accuracy
                 log.warning("%s: %s has labels %s but no %r, the key the %s task reads; accuracy against the labels is left out",
                             cset.name, e.file, sorted(e.labels), task.LABELS, task.name)

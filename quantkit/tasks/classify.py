@@ -117,6 +117,8 @@ class ClassifierAdapter(TaskAdapter):
         cls = (labels or {}).get(self.LABELS)
         if cls is None:
             return None
+        if isinstance(cls, bool) or not isinstance(cls, int) or cls < 0:
+            raise ValueError(f"'{self.LABELS}': {cls!r} is not a class index (a whole number from 0)")
         return Decision(_no_geometry(1), np.ones(1, np.float32), np.array([int(cls)], np.int64), top=(int(cls), ""))
 
     def accuracy(self, truth: Decision, got: Decision) -> dict[str, float]:
