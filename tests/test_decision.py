@@ -170,3 +170,9 @@ def test_agreement_policy_states_or_derives_each_number():
     p = AgreementPolicy(green=0.9, amber_band=0.1, floor=0.5, fleet_drop=0.15)
     assert p.red == pytest.approx(0.8) and p.fallback_target == 0.9 and p.holds(0.9) and not p.holds(0.89)
     assert not p.fell(0.95, 0.95) and not p.fell(0.99, 0.91) and p.fell(0.95, 0.7)
+
+
+def test_a_speed_ratio_within_the_timing_noise_is_not_slower():
+    """0.97x the deployed file is within run-to-run noise (SLOWER_BELOW): the switch stands; 0.90x is slower."""
+    assert decide(_fixing(RuntimeEvidence("onnxruntime", candidate_vs_deployed=0.97, candidate_vs_best_float=1.5))).decision == SWITCH
+    assert decide(_fixing(RuntimeEvidence("onnxruntime", candidate_vs_deployed=0.90, candidate_vs_best_float=1.5))).decision == REVIEW

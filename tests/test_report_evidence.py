@@ -208,7 +208,7 @@ def test_no_switch_where_the_candidate_is_slower_than_the_deployed_file(tmp_path
                                    "below openvino's own fp32 run (0.90x)")
     assert any(v.startswith("To deploy it for onnxruntime only:") for v in m.verdict)
     assert "SWITCH ON ONNXRUNTIME" in render_markdown(report) and 'class="decision">switch on onnxruntime<' in render_html(report)
-    _measured(inputs.measurements, {"onnxruntime": (0.95, 2.0), "openvino": (0.70, 0.9)})
+    _measured(inputs.measurements, {"onnxruntime": (0.90, 2.0), "openvino": (0.70, 0.9)})  # 0.90x: beyond the timing noise
     report = build_report([inputs])
     m = report.models[0]
     assert (m.decision, m.choice.rule) == ("keep deployed", "candidate-slower-everywhere") and not m.choice.deploys
