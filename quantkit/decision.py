@@ -143,9 +143,13 @@ class RuntimeEvidence:
                                   or (self.candidate_vs_best_float is not None and self.candidate_vs_best_float < SLOWER_BELOW))
 
     def speed_words(self) -> str:
-        below = (f", below {self.runtime}'s own {self.best_float} run ({self.candidate_vs_best_float:.2f}x)"
-                 if self.candidate_vs_best_float is not None and self.candidate_vs_best_float < 1.0 else "")
-        return f"on {self.runtime} the candidate runs at {self.candidate_vs_deployed:.2f}x the deployed file's speed{below}"
+        """Words without figures: the ratios are this machine's (the report's speed section shows them when opened), and a
+        tracked report keeps machine-dependent figures out."""
+        slower = self.candidate_vs_deployed is not None and self.candidate_vs_deployed < SLOWER_BELOW
+        below = self.candidate_vs_best_float is not None and self.candidate_vs_best_float < SLOWER_BELOW
+        parts = (["slower than the deployed file"] if slower else []) + ([f"below {self.runtime}'s own {self.best_float} run"] if below else [])
+        said = " and ".join(parts) or "at about the deployed file's speed"
+        return f"on {self.runtime} the candidate runs {said} (measured on this machine)"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -102,7 +102,8 @@ def _fixing(*runtimes):
 def test_a_fix_slower_everywhere_needs_review():
     d = decide(_fixing(RuntimeEvidence("openvino", candidate_vs_deployed=0.69, candidate_vs_best_float=0.95)))
     assert (d.decision, d.rule) == (REVIEW, "candidate-slower-everywhere-needed") and d.excluded == ("openvino",)
-    assert "on openvino the candidate runs at 0.69x the deployed file's speed, below openvino's own FP32 run (0.95x)" in d.reasons[1]
+    assert "on openvino the candidate runs slower than the deployed file (measured on this machine)" in d.reasons[1]
+    assert not any(ch.isdigit() for ch in d.reasons[1].split("openvino", 1)[1])  # no machine-dependent figures in a tracked report
 
 
 def test_a_closer_candidate_slower_everywhere_is_kept_out():
@@ -117,7 +118,8 @@ def test_ppocr_det_switch_only_where_the_candidate_is_not_slower():
     assert (d.decision, d.rule, d.runtimes, d.excluded) == (SWITCH_ON, "switch-on-runtime", ("onnxruntime",), ("openvino",))
     assert d.label == "switch on onnxruntime" and d.deploys and d.keys == ("onnxruntime",)
     assert d.reasons[0].startswith("Switch to the candidate (calibrated on night) on onnxruntime only: it agrees with FP32 on every site set and fixes night")
-    assert d.reasons[1].startswith("Keep the deployed model on openvino: on openvino the candidate runs at 0.70x")
+    assert d.reasons[1].startswith("Keep the deployed model on openvino: on openvino the candidate runs slower than the deployed file and "
+                                   "below openvino's own fp32-default run")
 
 
 def test_switch_when_the_candidate_fixes_or_is_materially_closer():

@@ -204,8 +204,8 @@ def test_no_switch_where_the_candidate_is_slower_than_the_deployed_file(tmp_path
     report = build_report([inputs])
     m = report.models[0]
     assert (m.decision, m.label, m.choice.excluded) == ("switch on runtime", "switch on onnxruntime", ("openvino",))
-    assert m.verdict[1].startswith("Keep the deployed model on openvino: on openvino the candidate runs at 0.70x the deployed file's speed, "
-                                   "below openvino's own fp32 run (0.90x)")
+    assert m.verdict[1].startswith("Keep the deployed model on openvino: on openvino the candidate runs slower than the deployed file "
+                                   "and below openvino's own fp32 run")
     assert any(v.startswith("To deploy it for onnxruntime only:") for v in m.verdict)
     assert "SWITCH ON ONNXRUNTIME" in render_markdown(report) and 'class="decision">switch on onnxruntime<' in render_html(report)
     _measured(inputs.measurements, {"onnxruntime": (0.90, 2.0), "openvino": (0.70, 0.9)})  # 0.90x: beyond the timing noise
