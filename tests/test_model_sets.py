@@ -121,6 +121,17 @@ def user_repo(tmp_path, monkeypatch):
     return tmp_path
 
 
+def deployed() -> None:
+    """The user's model added with its own sets, through intake, calibration on its deployed set and binding (the
+    commands the pipeline's first stages run for it)."""
+    assert main(ADD + OWN) == 0
+    assert main(["intake", "models/cls.onnx", "--params", "params.yaml", "--model", "cls", "--out", "work/models/cls/intake"]) == 0
+    assert main(["quantize", "work/models/cls/intake", "--params", "params.yaml", "--model", "cls", "--role", "deployed",
+                 "--out", "work/models/cls/quantize/deployed"]) == 0
+    assert main(["bind", "work/models/cls/quantize/deployed", "--fp32", "work/models/cls/intake", "--params", "params.yaml",
+                 "--model", "cls", "--role", "deployed", "--out", "work/models/cls/thresholds/deployed.json"]) == 0
+
+
 ADD = ["models", "add", "cls", "models/cls.onnx", "--params", "params.yaml", "--adapter", "classifier", "--option", "cls_thresh=0.5",
        "--scale", "1/255", "--mean", "0", "--std", "1", "--resize-policy", "stretch"]
 OWN = ["--calibration-set", "data/cls/calibration/day", "--calibration-set", "data/cls/calibration/night",
@@ -178,12 +189,7 @@ def test_params_show_names_where_each_setting_comes_from(user_repo, capsys):
 
 def test_evaluate_drift_and_compose_take_a_folder_of_sets(user_repo, capsys):
     """The per-model stages' commands run over every set of a model's folder, one result per set, written whole."""
-    assert main(ADD + OWN) == 0
-    assert main(["intake", "models/cls.onnx", "--params", "params.yaml", "--model", "cls", "--out", "work/models/cls/intake"]) == 0
-    assert main(["quantize", "work/models/cls/intake", "--params", "params.yaml", "--model", "cls", "--role", "deployed",
-                 "--out", "work/models/cls/quantize/deployed"]) == 0
-    assert main(["bind", "work/models/cls/quantize/deployed", "--fp32", "work/models/cls/intake", "--params", "params.yaml",
-                 "--model", "cls", "--role", "deployed", "--out", "work/models/cls/thresholds/deployed.json"]) == 0
+    deployed()
     assert main(["evaluate", "data/cls/site", "--fp32", "work/models/cls/intake", "--params", "params.yaml", "--model", "cls",
                  "--deployed", "work/models/cls/quantize/deployed", "--deployed-thresholds", "work/models/cls/thresholds/deployed.json",
                  "--out", "work/models/cls/eval"]) == 0
@@ -297,12 +303,7 @@ def test_models_add_force_names_the_keys_it_drops(user_repo, capsys):
 
 
 def test_a_label_the_task_cannot_read_names_the_image(user_repo, capsys):
-    assert main(ADD + OWN) == 0
-    assert main(["intake", "models/cls.onnx", "--params", "params.yaml", "--model", "cls", "--out", "work/models/cls/intake"]) == 0
-    assert main(["quantize", "work/models/cls/intake", "--params", "params.yaml", "--model", "cls", "--role", "deployed",
-                 "--out", "work/models/cls/quantize/deployed"]) == 0
-    assert main(["bind", "work/models/cls/quantize/deployed", "--fp32", "work/models/cls/intake", "--params", "params.yaml",
-                 "--model", "cls", "--role", "deployed", "--out", "work/models/cls/thresholds/deployed.json"]) == 0
+    deployed()
     bad = Path("bad")
     (bad / "images").mkdir(parents=True)
     Image.fromarray(np.full((64, 64, 3), 90, np.uint8)).save(bad / "images" / "00.png")
