@@ -212,20 +212,25 @@ def test_a_command_module_that_fails_to_import_is_an_error(monkeypatch, capsys):
     assert "no_such_command" in capsys.readouterr().err
 
 
-def test_intake_names_a_misspelt_set_folder_before_any_stage_needs_it(user_repo, capsys):
+def test_models_check_names_a_misspelt_set_folder_before_any_stage_needs_it(user_repo, capsys):
+    """dvc.yaml's first stage for each model (sets@NAME): one line naming the params key, nothing written."""
     assert main(ADD + OWN) == 0
     params = yaml.safe_load(Path("params.yaml").read_text())
     params["models"]["cls"]["sets"]["site"] = "data/cls/sitez"
     Path("params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     capsys.readouterr()
-    assert main(["intake", "models/cls.onnx", "--params", "params.yaml", "--model", "cls", "--out", "work/models/cls/intake"]) == 2
+    assert main(["models", "check", "cls", "--out", "work/models/cls/sets.json"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "models.cls.sets.site: " in err[0] and "sitez" in err[0] and not Path("work").exists()
     params["models"]["cls"]["sets"]["site"] = "data/cls/site"
     params["models"]["cls"]["sets"]["deployed"]["calibration"] = "dawn"
     Path("params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    assert main(["intake", "models/cls.onnx", "--params", "params.yaml", "--model", "cls", "--out", "work/models/cls/intake"]) == 2
+    assert main(["models", "check", "cls"]) == 2
     assert "sets.deployed.calibration: 'dawn' is not a set in data/cls/calibration (it has day, night)" in capsys.readouterr().err
+    params["models"]["cls"]["sets"]["deployed"]["calibration"] = "night"
+    Path("params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    assert main(["models", "check", "cls", "--out", "work/models/cls/sets.json"]) == 0
+    assert json.loads(Path("work/models/cls/sets.json").read_text())["sets"]["deployed"]["calibration"] == "night"
 
 
 def test_the_recalibration_loop_ends_in_promote(user_repo, capsys):

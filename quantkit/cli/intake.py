@@ -21,7 +21,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("model_file", metavar="MODEL", help="path to the source .onnx file")
     p.add_argument("--params", default="params.yaml", help="params file with an 'intake' section (default params.yaml); "
                    "its 'task' section, when present, is checked against the model's output shapes")
-    add_model_flag(p, reads="its sets are checked here, before any stage needs them")
+    add_model_flag(p)
     p.add_argument("--out", required=True, help="output folder (replaced whole on success, untouched on error)")
     p.add_argument("--accept-numeric-change", action="store_true", help="write the model even if the conversion changes outputs beyond atol")
     p.add_argument("--json", action="store_true", help="print intake.json's content instead of a summary")
@@ -38,9 +38,6 @@ def run(args: argparse.Namespace) -> int:
         from ..paramsfile import check_model_source
 
         check_model_source(args.params, args.model, args.model_file)
-        from ..calibset.model_sets import check_model_sets
-
-        check_model_sets(args.params, args.model)  # the model's first stage: a misspelt set folder is named here
     cfg = config_from_params(IntakeConfig, args.params, "intake", model=args.model)
     task = config_from_params(TaskConfig, args.params, "task", model=args.model).make() if has_section(args.params, "task", model=args.model) else None
     if args.accept_numeric_change:

@@ -69,6 +69,31 @@ def register(subparsers: Any) -> None:
     pr.add_argument("--work", type=Path, default=Path("work/models"), help="folder of the models' work folders (default work/models)")
     pr.add_argument("--json", action="store_true", help="print what was done as JSON")
     pr.set_defaults(func=run_promote)
+    ck = sub.add_parser(
+        "check", help="check a model's sets in params (its folders hold registered sets, the deployed ones exist)",
+        description="The main job's first stage for each model (dvc.yaml 'sets'): a misspelt set folder or set name in "
+        "models.NAME.sets is one line naming the key here, before a stage needs it (DVC's missing dependency would name only "
+        "the path, after deleting that stage's outputs). A demo model's sets are rendered by the demo_set stages and not "
+        "required to exist yet. --out writes the checked entry (JSON, sorted keys) for the stages that read the sets.")
+    ck.add_argument("name", metavar="NAME", help="a model under params 'models'")
+    ck.add_argument("--params", type=Path, default=Path("params.yaml"), help="params file (default params.yaml)")
+    ck.add_argument("--out", type=Path, help="write the checked sets entry here (atomically)")
+    ck.set_defaults(func=run_check)
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from .._io import atomic_write_json
+    from ..calibset.model_sets import check_model_sets
+    from ..errors import ConfigError
+
+    sets = check_model_sets(args.params, args.name)
+    if sets is None:
+        raise ConfigError(f"{args.params}: models.{args.name}.sets is missing; name the model's own set folders ('quantkit params sets')")
+    if args.out is not None:
+        atomic_write_json(args.out, {"model": args.name, "sets": sets.to_dict()})
+    print(f"{args.name}: sets ok (calibration {sets.calibration}, reference {sets.reference}, site {sets.site}; "
+          f"deployed {sets.deployed.calibration} / {sets.deployed.reference})")
+    return 0
 
 
 def run_promote(args: argparse.Namespace) -> int:
