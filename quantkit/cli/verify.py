@@ -102,7 +102,7 @@ def run_deployment(args: argparse.Namespace) -> int:
             if not r.installed:
                 sys.stdout.write(f"{r.runtime:<12} not installed here\n")
                 continue
-            sites = ", ".join(f"{s.site_set} {s.metric} {s.value:.3f}" for s in r.sites)
+            sites = ", ".join(f"{s.site_set} {s.metric} {s.value:.3f} over {s.images} images" for s in r.sites)
             share = f"{100 * r.integer_share:.0f}% int8" if r.integer_share is not None else "-"
             state = "verified" if r.verified else "deployable, numbers differ" if r.deployable else "NOT deployable"
             sys.stdout.write(f"{r.label:<20} {state:<9} {share:<9}  vs FP32: {sites}\n")
