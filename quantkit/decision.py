@@ -94,7 +94,9 @@ class SiteEvidence:
     ``*_change``: relative change of items per image vs FP32; ``paired``: candidate minus deployed on these images;
     ``fp32_fails`` / ``fp32_blind``: words when FP32 itself fails (labels) or loses most of its items (vs the
     calibration condition); ``moved``: the images changed against the calibration set, ``cause`` in words;
-    ``advice``: what to do where the deployed model disagrees (badge: words; fix), from :mod:`quantkit.drift.advice`."""
+    ``advice``: what to do where the deployed model disagrees (badge: words; fix), from :mod:`quantkit.drift.advice`;
+    ``fault``: a finding that holds whatever the agreement (the camera is at fault, the images are another kind, FP32
+    sees content it never learned), as "badge: words": such a set is named with it, never told to watch."""
 
     name: str
     deployed: float | None
@@ -109,6 +111,7 @@ class SiteEvidence:
     moved: bool = False
     cause: str = ""
     advice: str = ""
+    fault: str = ""
 
 
 SLOWER_BELOW = 0.95
@@ -239,7 +242,11 @@ class Facts:
 
     @property
     def moved_held(self) -> list[SiteEvidence]:
-        return [s for s in self.e.sites if s.moved and s.deployed is not None and s.deployed_ok]
+        return [s for s in self.e.sites if s.moved and s.deployed is not None and s.deployed_ok and not s.fault]
+
+    @property
+    def faults(self) -> list[SiteEvidence]:
+        return [s for s in self.e.sites if s.fault and s.deployed_ok]
 
     @property
     def unverified(self) -> list[RuntimeEvidence]:
@@ -331,6 +338,9 @@ RULES: tuple[Rule, ...] = (
     Rule("note-watch", lambda f: bool(f.moved_held), None, lambda f: [
         (f"Watch {_names([s.name for s in f.moved_held])}: the images moved away from the calibration set, but the deployed model "
          "still agrees with FP32 there.")]),
+    Rule("note-fault", lambda f: bool(f.faults), None, lambda f: [
+        "; ".join(f"{s.name}: {s.fault}" for s in f.faults) + " (the deployed model still agrees with FP32 there; this does not wait "
+        "for the agreement to fall)."]),
     Rule("note-unverified", lambda f: bool(f.unverified), None, lambda f: [
         f"Not verified on {_names([r.runtime for r in f.unverified])}: the deployed model's bundle has no verification there."]),
 )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from quantkit.decision import (
@@ -38,7 +40,7 @@ WORSE = Paired(-0.125, (-0.250, -0.031), 32, worse=True)
 
 def test_the_table_has_one_decision_per_rule_and_notes_last():
     names = [r.name for r in RULES]
-    assert len(names) == len(set(names)) and RULES[-5].name == "keep" and all(r.decision is None for r in RULES[-4:])
+    assert len(names) == len(set(names)) and RULES[-6].name == "keep" and all(r.decision is None for r in RULES[-5:])
     assert set(DEPLOYS) == {SWITCH, SWITCH_ON}
 
 
@@ -159,12 +161,23 @@ def test_keep_with_its_notes():
     assert len(d.first) <= FIRST_SCREEN
 
 
+def test_a_camera_fault_where_agreement_held_is_named_not_watched():
+    """cam2-day: the replacement camera is blurred (check camera) while INT8 still agrees: the set is not told to
+    "watch"; the fault is named, and it does not wait for the agreement to fall."""
+    blurred = dataclasses.replace(site("cam2", 0.96, None), moved=True, fault="check camera: defocus or a blurred lens")
+    dark = dataclasses.replace(site("night", 0.95, None), moved=True)
+    d = decide(ev(site("day", 0.95, None), blurred, dark))
+    assert d.rule == "watch" and any(r.startswith("Watch night:") for r in d.reasons)
+    assert not any("Watch cam2" in r or "Watch night and cam2" in r for r in d.reasons)
+    assert any(r.startswith("cam2: check camera: defocus or a blurred lens (the deployed model still agrees") for r in d.reasons)
+
+
 @pytest.mark.parametrize("rule", [r.name for r in RULES])
 def test_every_rule_is_reached_by_some_test_above(rule):
     """Guards the table against a rule no test exercises."""
     reached = {"deployed-fails-verification", "fp32-fails", "fp32-blind", "candidate-worse-where-deployed-disagrees", "candidate-does-not-fix",
                "deployed-disagrees", "candidate-slower-everywhere-needed", "candidate-slower-everywhere", "switch-on-runtime", "switch",
-               "candidate-worse", "watch", "keep", "note-no-material-difference", "note-watch", "note-unverified", "note-deployed-disagrees"}
+               "candidate-worse", "watch", "keep", "note-no-material-difference", "note-watch", "note-unverified", "note-deployed-disagrees", "note-fault"}
     assert rule in reached
 
 

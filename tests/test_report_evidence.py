@@ -92,7 +92,7 @@ def test_verification_is_named_and_a_failed_one_changes_the_verdict(tmp_path):
     assert any(v.startswith("The deployed bundle is not verified: no verify.json") for v in build_report([inputs]).models[0].verdict)
     write_verification(inputs.eval_dir.parent, {"onnxruntime": "verified", "openvino": "failed"})
     m = build_report([inputs]).models[0]
-    assert m.decision == "needs review" and m.verdict[0].startswith("The deployed model's bundle failed verification on openvino 1.0: do not ship it")
+    assert m.decision == "needs review" and m.verdict[0].startswith("The deployed model's bundle failed verification on openvino: do not ship it")
     assert any(v.startswith("For engineers: The deployed bundle failed verification on openvino 1.0 ([decision] 0001:") for v in m.verdict[m.reasons:])
     assert any(v.startswith("No material difference with the candidate") for v in m.verdict[:m.reasons])
     assert not any("deployable" in v for v in m.verdict)  # one word per situation: it passes verification on onnxruntime, fails on openvino
@@ -172,7 +172,7 @@ def test_one_bundle_per_target_runtime_is_read_from_its_own_folder(tmp_path):
     shutil.rmtree(work / "targets" / "openvino")
     write_target(work, "openvino", "failed")
     m = build_report([targets]).models[0]
-    assert m.decision == "needs review" and m.verdict[0].startswith("The deployed model's bundle failed verification on openvino 1.0: do not ship it")
+    assert m.decision == "needs review" and m.verdict[0].startswith("The deployed model's bundle failed verification on openvino: do not ship it")
     record = work / "targets" / "openvino" / "quantize" / "record.json"
     record.write_text(record.read_text().replace('"ranges_from": "', '"ranges_from": "0'))
     with pytest.raises(BindingMismatchError, match=r"targets/openvino/quantize: its ranges are not the deployed record's"):

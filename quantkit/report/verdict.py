@@ -41,6 +41,19 @@ def cause(drift: DriftResult | None) -> str:
     return f"{found.words} ({'; '.join(phrases[:3])}{more})" if phrases else found.words
 
 
+def fault(drift: DriftResult | None) -> str:
+    """"badge: words" of a drift finding that holds whatever the agreement (a camera fault, another kind of image, new
+    content); "" for a change of light, clipping or none (those wait on the agreement: watch or recalibrate)."""
+    if drift is None or not drift.changed:
+        return ""
+    found = diagnose_result(drift, covered=True)
+    return f"{found.action.badge}: {found.words}" if found.action.name in FAULT_ACTIONS else ""
+
+
+FAULT_ACTIONS = ("check-camera", "register-set", "retrain")
+"""Actions of :mod:`quantkit.drift.advice` that do not depend on whether INT8 still agrees with FP32."""
+
+
 def advice(site: SiteReport, metrics: Sequence[MetricInfo], cfg: ReportConfig) -> Finding:
     """What to do about a site set where the deployed model is not green, through the one table
     (:mod:`quantkit.drift.advice`): its drift, that the deployed INT8 model disagrees, and whether FP32 itself fails."""
@@ -227,7 +240,7 @@ def runtime_evidence(v: DeploymentVerification | None, unverified: Sequence[str]
         states[rt] = (rt, "not verified", "")
     for rt in speed:
         states.setdefault(rt, (rt, "", ""))
-    return tuple(RuntimeEvidence(label, state, failure, *speed.get(rt, (None, None, "FP32")), key=rt) for rt, (label, state, failure) in sorted(states.items()))
+    return tuple(RuntimeEvidence(rt, state, failure, *speed.get(rt, (None, None, "FP32")), key=rt) for rt, (label, state, failure) in sorted(states.items()))
 
 
 def decide_model(sites: Sequence[SiteReport], primary: MetricInfo, item: str, deployed_cal: str, candidate_cal: str | None, cfg: ReportConfig,
@@ -255,7 +268,7 @@ def decide_model(sites: Sequence[SiteReport], primary: MetricInfo, item: str, de
             s.name, _value(dep, primary), held, dep.detection_change if dep else 0.0, _value(cand, primary),
             cand is not None and cand.status == "green", cand.detection_change if cand else 0.0, _paired(per.get(s.name)),
             f"{failing[0].replace('_', ' ')} {failing[1]:.2f} against the labels" if failing else "", fp32_blind_words(s, refs, item, cfg),
-            bool(s.drift and s.drift.changed), cause(s.drift), "" if held else advice(s, metrics, cfg).sentence))
+            bool(s.drift and s.drift.changed), cause(s.drift), "" if held else advice(s, metrics, cfg).sentence, fault(s.drift)))
     runtimes = runtime_evidence(verification if with_verification else None, unverified, measurements)
     d = decide(Evidence(short(primary), plural(item), tuple(evidence), runtimes, candidate_cal if has_cand else None,
                         _paired(paired) if has_cand else None, cfg.policy().green))
