@@ -152,7 +152,7 @@ class RuntimeEvidence:
         below = self.candidate_vs_best_float is not None and self.candidate_vs_best_float < SLOWER_BELOW
         parts = (["slower than the deployed file"] if slower else []) + ([f"below {self.runtime}'s own {self.best_float} run"] if below else [])
         said = " and ".join(parts) or "at about the deployed file's speed"
-        return f"on {self.runtime} the candidate runs {said} (measured on this machine)"
+        return f"on {self.runtime} the candidate runs {said} (measured on the machine that built this report)"
 
 
 @dataclasses.dataclass(frozen=True)

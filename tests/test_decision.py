@@ -104,7 +104,7 @@ def _fixing(*runtimes):
 def test_a_fix_slower_everywhere_needs_review():
     d = decide(_fixing(RuntimeEvidence("openvino", candidate_vs_deployed=0.69, candidate_vs_best_float=0.95)))
     assert (d.decision, d.rule) == (REVIEW, "candidate-slower-everywhere-needed") and d.excluded == ("openvino",)
-    assert "on openvino the candidate runs slower than the deployed file (measured on this machine)" in d.reasons[1]
+    assert "on openvino the candidate runs slower than the deployed file (measured on the machine that built this report)" in d.reasons[1]
     assert not any(ch.isdigit() for ch in d.reasons[1].split("openvino", 1)[1])  # no machine-dependent figures in a tracked report
 
 

@@ -312,7 +312,7 @@ def build_model_report(inputs: ModelInputs, cfg: ReportConfig) -> ModelReport:
                "it is the precision fallback's output (every node in 8 bits" + (f", after {', '.join(st.name for st in fallback.recovery)}"
                                                                                if fallback.recovery else "") + ")")
         how += "; bundle it and verify that bundle on each runtime it is to run on with the commands below ('quantkit bundle', then 'quantkit verify')."
-    choice, lines = decide_model(sites, primary, summary.item, dep_rec.set_name, cand[0].set_name if cand else None, cfg,
+    choice, lines = decide_model(sites, primary, summary.item, dep_rec.set_name, _calibration_words(cand[0]) if cand else None, cfg,
                                  metrics=summary.metrics, same_calibration=same, paired=evidence[0] if evidence else None,
                                  paired_sites=evidence[1:], verification=verification, with_verification=True,
                                  per_runtime=bool(inputs.targets), unverified=tuple(unverified),
@@ -328,6 +328,15 @@ def build_model_report(inputs: ModelInputs, cfg: ReportConfig) -> ModelReport:
                        tuple(threshold_table(roles["deployed"][1], cand[1] if cand else None)),
                        tuple(scale_moves(dep_rec, cand[0], cfg.top_tensors)) if cand and not same else (), fallback, provenance, deploy,
                        evidence, verification, choice)
+
+
+def _calibration_words(record: CalibrationRecord) -> str:
+    """The set a record was calibrated on, for a reader: its name, and for a composed set (``day+night``) what it holds
+    (``ppocr_det-candidate (cam1, day+night)``), since a composed set's own name says nothing of its images."""
+    ref = record.calibration_set
+    if ref is None or "+" not in f"{ref.camera}{ref.lighting}":
+        return record.set_name
+    return f"{ref.name} ({ref.camera}, {ref.lighting})"
 
 
 def _measurements(path: Path | None, model: str) -> list[dict[str, Any]]:

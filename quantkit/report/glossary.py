@@ -18,6 +18,8 @@ TERMS: tuple[tuple[str, str], ...] = (
                     "the calibration images can fall outside those ranges."),
     ("calibration set", "The images a model was calibrated on, versioned so that a calibration can be reproduced."),
     ("deployed", "The INT8 model on the line today."),
+    ("runtime", "The software that runs the model on the device: onnxruntime (ONNX Runtime) or openvino (Intel's OpenVINO). "
+                "Each gets its own INT8 file, checked on it; a model can be faster on one and slower on the other."),
     ("candidate", "A new INT8 model (calibrated on other images, or with some parts kept in float) that could replace the deployed one."),
     ("site set", "Images from one camera and condition (e.g. cam1 at night) on which every model is compared."),
     ("agreement with FP32", "How closely a quantized model's decisions match FP32's on the same images; the status colours "

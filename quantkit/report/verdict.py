@@ -276,7 +276,7 @@ def decide_model(sites: Sequence[SiteReport], primary: MetricInfo, item: str, de
     for s in sites:
         m = s.variant("deployed")
         if m is not None and m.status != "green":
-            facts.append(f"On {s.name} the deployed INT8 model (calibrated on {deployed_cal}) agrees with FP32 at {value_words(m, primary)}, "
+            facts.append(f"On {s.name} the deployed INT8 model (calibrated on {deployed_cal}) reaches {value_words(m, primary)} against FP32, "
                          f"{m.status}, and changes {plural(item)} per image by {100 * m.detection_change:+.0f}%: {cause(s.drift)}.")
     if with_verification:
         concerns, checked = verification_facts(verification, per_runtime=per_runtime, unverified=unverified)
