@@ -409,20 +409,5 @@ def site_words(held: bool, moved: bool, badge: str) -> tuple[str, str]:
     return f"changed: {badge}", "amber" if held else "red"
 
 
-__all__ = [
-    "DECISIONS",
-    "DEPLOYS",
-    "FIRST_SCREEN",
-    "MOVED_AWAY",
-    "RULES",
-    "AgreementPolicy",
-    "Decision",
-    "Evidence",
-    "Facts",
-    "Paired",
-    "Rule",
-    "RuntimeEvidence",
-    "SiteEvidence",
-    "decide",
-    "site_words",
-]
+__all__ = ["DECISIONS", "DEPLOYS", "FIRST_SCREEN", "MOVED_AWAY", "RULES", "AgreementPolicy", "Decision", "Evidence", "Facts",
+           "Paired", "Rule", "RuntimeEvidence", "SiteEvidence", "decide", "site_words"]
