@@ -298,8 +298,8 @@ def config_from_params(cls: type[C], path: str | Path | None, section: str, *, m
     """
     if path is None:
         return cls()
-    _check_keys(Path(path), _read_params(Path(path)))  # a misspelt or misplaced key is named even where defaults apply
     if cls.PARAMS_OPTIONAL and not has_section(path, section, model=model):
+        _check_keys(Path(path), _read_params(Path(path)))  # a misspelt or misplaced key is named even where defaults apply
         log.info("%s: no %r section; using its defaults ('quantkit params %s' lists them)", path, section, section)
         return cls()
     data, where = section_for_model(path, section, model)

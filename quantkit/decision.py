@@ -139,18 +139,24 @@ class RuntimeEvidence:
         return self.candidate_vs_deployed is not None
 
     @property
+    def slower_than_deployed(self) -> bool:
+        return self.candidate_vs_deployed is not None and self.candidate_vs_deployed < SLOWER_BELOW
+
+    @property
+    def below_best_float(self) -> bool:
+        return self.candidate_vs_best_float is not None and self.candidate_vs_best_float < SLOWER_BELOW
+
+    @property
     def candidate_slower(self) -> bool:
         """Slower than the deployed file, or than the runtime's own best float run (then quantizing does not pay), by more
         than the timing noise (:data:`SLOWER_BELOW`)."""
-        return self.measured and (self.candidate_vs_deployed < SLOWER_BELOW  # type: ignore[operator]
-                                  or (self.candidate_vs_best_float is not None and self.candidate_vs_best_float < SLOWER_BELOW))
+        return self.measured and (self.slower_than_deployed or self.below_best_float)
 
     def speed_words(self) -> str:
         """Words without figures: the ratios are this machine's (the report's speed section shows them when opened), and a
         tracked report keeps machine-dependent figures out."""
-        slower = self.candidate_vs_deployed is not None and self.candidate_vs_deployed < SLOWER_BELOW
-        below = self.candidate_vs_best_float is not None and self.candidate_vs_best_float < SLOWER_BELOW
-        parts = (["slower than the deployed file"] if slower else []) + ([f"below {self.runtime}'s own {self.best_float} run"] if below else [])
+        parts = (["slower than the deployed file"] if self.slower_than_deployed else []) \
+            + ([f"below {self.runtime}'s own {self.best_float} run"] if self.below_best_float else [])
         said = " and ".join(parts) or "at about the deployed file's speed"
         return f"on {self.runtime} the candidate runs {said} (measured on the machine that built this report)"
 
