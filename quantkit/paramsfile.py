@@ -189,28 +189,52 @@ def pipeline_models(path: str | Path) -> list[str]:
 
 
 def targets(path: str | Path | None) -> dict[str, str] | None:
-    """The params file's ``targets`` (``{runtime: {placement: NAME}}``) as ``{runtime: placement}`` in the file's order;
-    None without a file or without the key (then each runtime runs the deployed record's own file). Each target runtime
-    of the main job gets its own INT8 file from the deployed record's ranges with that placement (dvc.yaml ``place``);
-    the placement name is checked where the file is made (:func:`quantkit.quantize.config.check_placement`).
+    """The params file's ``targets`` as ``{runtime: placement}`` in the file's order (for a target that chooses among
+    recipes, ``{runtime: "a|b|..."}``, the recipes in order: :func:`target_recipes`); None without a file or without the
+    key (then each runtime runs the deployed record's own file). Each target runtime of the main job gets its own INT8
+    file (dvc.yaml ``place``): the deployed record's ranges with that placement, or the recipe the measurement picks
+    (:mod:`quantkit.quantize.recipes`); names are checked where the file is made.
 
     Raises:
         InputFileError: the file is missing or not YAML. ConfigError: ``targets`` is not such a mapping.
     """
+    entries = _target_entries(path)
+    if entries is None:
+        return None
+    return {rt: e["placement"] if "placement" in e else "|".join(e["recipes"]) for rt, e in entries.items()}
+
+
+def target_recipes(path: str | Path | None, runtime: str) -> tuple[str, ...]:
+    """``targets.<runtime>.recipes`` (the recipes the main job measures and chooses among for that runtime), or ``()``
+    when the target names one ``placement`` (or there is no such target).
+
+    Raises:
+        InputFileError: the file is missing or not YAML. ConfigError: ``targets`` is malformed.
+    """
+    entry = (_target_entries(path) or {}).get(runtime) or {}
+    return tuple(entry.get("recipes", ()))
+
+
+def _target_entries(path: str | Path | None) -> dict[str, dict[str, Any]] | None:
     if path is None:
         return None
     p = Path(path)
     section = _read_params(p).get("targets")
     if section is None:
         return None
-    example = "e.g. {onnxruntime: {placement: ort}, openvino: {placement: openvino}}"
+    example = "e.g. {onnxruntime: {placement: ort}, openvino: {recipes: [openvino, nncf]}}"
     if not isinstance(section, dict) or not section:
-        raise ConfigError(f"{p}: targets must map each target runtime to its Q/DQ placement, {example}")
+        raise ConfigError(f"{p}: targets must map each target runtime to its Q/DQ placement or recipes, {example}")
     out = {}
     for runtime, entry in section.items():
-        if not isinstance(entry, dict) or set(entry) != {"placement"} or not isinstance(entry["placement"], str):
-            raise ConfigError(f"{p}: targets.{runtime} must be {{placement: NAME}} (ort, openvino, ...), {example}")
-        out[str(runtime)] = entry["placement"]
+        ok = isinstance(entry, dict) and len(entry) == 1 and (
+            (set(entry) == {"placement"} and isinstance(entry["placement"], str))
+            or (set(entry) == {"recipes"} and isinstance(entry["recipes"], list) and entry["recipes"]
+                and all(isinstance(r, str) for r in entry["recipes"])))
+        if not ok:
+            raise ConfigError(f"{p}: targets.{runtime} must be {{placement: NAME}} or {{recipes: [NAME, ...]}} (ort, openvino, nncf, "
+                              f"nncf:ort, ...), {example}")
+        out[str(runtime)] = dict(entry)
     return out
 
 

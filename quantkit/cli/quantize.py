@@ -31,7 +31,11 @@ def register(subparsers: Any) -> None:
                    "(default: quantkit.quantize.outputs.DEFAULT_LEVELS_FLOOR)")
     p.add_argument("--placement", metavar="NAME", help="override quantize.placement: where Q/DQ pairs go (ort | openvino | nncf)")
     p.add_argument("--target", metavar="RUNTIME", help="take the placement from params targets.RUNTIME.placement (the main job's "
-                   "per-runtime files, with --ranges-from the deployed record)")
+                   "per-runtime files, with --ranges-from the deployed record); where the target lists recipes "
+                   "(targets.RUNTIME.recipes), build each from the deployed calibration, judge each on RUNTIME (agreement on the "
+                   "reference set, speed against its best float run) and write the one chosen, with choice.json")
+    p.add_argument("--reference-set", metavar="DIR", help="with a target's recipes: the set the files are judged on (default with "
+                   "--role deployed: the model's deployed reference set)")
     p.add_argument("--engine", choices=["ort", "nncf"], help="override quantize.engine: ONNX Runtime's quantizer or NNCF's "
                    "(the nncf extra; its placement is nncf unless the section names one)")
     p.add_argument("--ranges-from", metavar="RECORD", help="use this record's calibrated ranges instead of calibrating "
@@ -112,6 +116,14 @@ def run(args: argparse.Namespace) -> int:
     from ..quantize.engines import checkpoint_path
     from ._roles import role_path
 
+    if args.target is not None and args.params is not None and not args.dynamic:
+        from ..paramsfile import target_recipes
+
+        recipes = target_recipes(args.params, args.target)
+        if recipes:
+            return run_recipes(args, recipes)
+    if args.reference_set is not None:
+        raise ConfigError("--reference-set is read only for a target with recipes (params targets.RUNTIME.recipes); drop it")
     if args.ranges_from is None:
         args.calibration_set = role_path(args.calibration_set, args.params, args.model, args.role, "calibration", "--calibration-set")
     config = build_config(args)
@@ -155,6 +167,49 @@ def run(args: argparse.Namespace) -> int:
         w("  constant = initializer ORT quantized with the activation type (e.g. a scalar Mul/Add operand); role 'weight' in record.json\n")
     for line in findings(rec):
         w(line + "\n")
+    return 0
+
+
+def run_recipes(args: argparse.Namespace, recipes: tuple[str, ...]) -> int:
+    """``--target RUNTIME`` where params ``targets.RUNTIME.recipes`` lists recipes: :func:`quantkit.quantize.recipes.choose_for_runtime`
+    from the deployed record (``--ranges-from``), its calibration set and the reference set; prints the table and the choice."""
+    from ..config import config_from_params, section_for_model
+    from ..errors import ConfigError
+    from ..quantize import StaticQuantConfig
+    from ..quantize.recipes import choose_for_runtime
+    from ..report.config import ReportConfig
+    from ._roles import role_path
+    from .fallback import _metric
+
+    if args.ranges_from is None:
+        raise ConfigError(f"--target {args.target}: targets.{args.target}.recipes places the deployed record's ranges; pass --ranges-from "
+                          "work/models/MODEL/quantize/deployed")
+    for flag in ("placement", "engine", "method", "max_images", "checkpoint", "chunk_size"):
+        if getattr(args, flag) is not None:
+            raise ConfigError(f"--{flag.replace('_', '-')}: targets.{args.target}.recipes names each recipe's engine and placement; drop it")
+    cset = role_path(args.calibration_set, args.params, args.model, args.role, "calibration", "--calibration-set")
+    ref = role_path(args.reference_set, args.params, args.model, args.role, "reference", "--reference-set")
+    if cset is None or ref is None:
+        raise ConfigError(f"--target {args.target}: the recipes need the deployed calibration and reference sets; pass --role deployed "
+                          "--model NAME (or --calibration-set DIR --reference-set DIR)")
+    section, where = section_for_model(args.params, args.section, args.model)
+    section.pop("dynamic", None)
+    config = StaticQuantConfig.from_dict(section, where=f"{args.params}: {where}")
+    target = config_from_params(ReportConfig, args.params, "report", model=args.model).min_agreement
+    rec, choice = choose_for_runtime(args.intake, args.ranges_from, cset, [ref], config, args.target, recipes, _metric(args),
+                                     target=target, out=args.out)
+    if args.json:
+        print(json.dumps(choice, indent=2, sort_keys=True))
+        return 0
+    w = sys.stdout.write
+    w(f"recipes for {args.target} ({choice['cpu']}), agreement = {choice['metric']} vs FP32 on {choice['figures'][0]['images']} reference "
+      f"images, speed against {args.target}'s best float run:\n")
+    for f in choice["figures"]:
+        ci = f"[{f['ci'][0]:.3f}, {f['ci'][1]:.3f}]" if f["ci"] else ""
+        mark = "  <- chosen" if f["name"] == choice["chosen"] else ""
+        w(f"  {f['name']:<18} agreement {f['agreement']:.3f} {ci:<16} {f['median_ms']:>8.1f} ms  {f['vs_best_float']:.2f}x ({f['best_float']}){mark}\n")
+    w(f"chose {choice['chosen']} ({choice['rule']}): {choice['reason']}\n")
+    w(f"wrote {args.out}/model_int8.onnx, record.json and choice.json (fingerprint {rec.fingerprint})\n")
     return 0
 
 

@@ -32,7 +32,7 @@ import numpy as np
 from ..dtypes import INT_TYPES
 from ..errors import UnsupportedOptionError
 from .config import DynamicQuantConfig, StaticQuantConfig, TensorOverride
-from .placement import PlacementPlan, placement_recipe
+from .placement import placement_recipe
 
 if TYPE_CHECKING:  # pragma: no cover
     import onnx

@@ -190,7 +190,6 @@ def write_verification(work: str | Path, runtimes: Mapping[str, str], *, sites: 
     ``failed`` (decisions disagree: not deployable) or ``absent`` (not installed)."""
     from ..artifacts.record import CalibrationRecord
     from ..artifacts.thresholds import ThresholdSet
-    from ..artifacts.verification import DeploymentVerification, RuntimeResult, SiteAgreement
 
     work = Path(work)
     rec = CalibrationRecord.load(work / "quantize" / "deployed")

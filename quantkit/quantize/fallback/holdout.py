@@ -20,8 +20,9 @@ written beside the figure with the image count so that a reader sees how little 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -65,8 +66,11 @@ def split_references(refs: ReferenceData, holdout: float, seed: int) -> tuple[Re
 
 
 def measure_sets(model: Path | bytes, refs: ReferenceData, metric: Metric, *, confidence: float, resamples: int,
-            seed: int) -> dict[str, tuple[float, tuple[float, float] | None]]:
+                 seed: int, runner: Callable[[Path | bytes], Any] | None = None) -> dict[str, tuple[float, tuple[float, float] | None]]:
     """Set name -> ``(metric, interval or None)`` of ``model`` over every image of ``refs`` (no early stop).
+
+    ``runner`` makes the runner that runs ``model`` (default: ONNX Runtime at level ``all``; e.g. another runtime's
+    deployment runner, :data:`quantkit.runtimes.latency.RUNTIMES`); ``refs.fp32`` stay the reference either way.
 
     The interval is ``bootstrap_ratio`` over the metric's per-image counts; None when the metric has no
     ``counts``. Raises ConfigError when those counts do not pool to the metric's own value (a custom metric whose
@@ -74,7 +78,8 @@ def measure_sets(model: Path | bytes, refs: ReferenceData, metric: Metric, *, co
     """
     counts_of = getattr(metric, "counts", None)
     out: dict[str, tuple[float, tuple[float, float] | None]] = {}
-    with OrtRunner(model, graph_optimization_level="all", name="held-out") as r:
+    made = runner(model) if runner is not None else OrtRunner(model, graph_optimization_level="all", name="held-out")
+    with made as r:
         for s, ref, feeds in zip(refs.sets, refs.fp32, refs.feeds):
             got = [r.infer({refs.input_name: x}) for x in feeds]
             value = float(metric(ref, got))

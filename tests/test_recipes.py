@@ -1,0 +1,155 @@
+"""One INT8 file per target runtime, chosen by measurement among recipes (issue 37 item 2, :mod:`quantkit.quantize.recipes`):
+each rule of the choice on its own, recipe names, the params ``targets.<runtime>.recipes`` entry, and a whole choice on
+a small model built here (ORT's placements on the deployed ranges, NNCF's own file and NNCF's ranges re-placed, judged
+on ONNX Runtime and OpenVINO), written all at once with its choice.json."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from test_nncf_engine import concat_map_model, needs_nncf
+from test_quantize_fixtures import make_set, write_model_intake
+
+from quantkit.errors import ConfigError
+from quantkit.paramsfile import target_recipes, targets
+from quantkit.quantize.recipes import RULES, RecipeFigure, choose, parse_recipe
+
+
+def fig(name: str, agreement: float, ms: float, float_ms: float = 100.0) -> RecipeFigure:
+    return RecipeFigure(name, agreement, None, 24, ms, "fp32", float_ms)
+
+
+# --- the rule table, one branch each -------------------------------------------------------------------------------------
+
+def test_rules_are_named_in_order():
+    assert [r for r, _ in RULES] == ["meets", "most-agreeing", "no-int8-faster"]
+
+
+def test_meets_takes_the_fastest_file_near_the_best_agreement():
+    """ort and nncf:ort both within 0.01 of the best (nncf, slow on this runtime): the faster of the two."""
+    c = choose([fig("ort", 0.975, 40), fig("nncf", 0.98, 120), fig("nncf:ort", 0.972, 30)], target=0.9)
+    assert (c.chosen, c.rule) == ("nncf:ort", "meets") and "0.980" in c.reason and "target 0.90" in c.reason
+
+
+def test_meets_reads_a_latency_tie_as_a_tie_and_takes_the_better_agreement():
+    c = choose([fig("a", 0.971, 40.0), fig("b", 0.979, 41.5)], target=0.9)
+    assert (c.chosen, c.rule) == ("b", "meets")
+    c = choose([fig("a", 0.971, 40.0), fig("b", 0.979, 45.0)], target=0.9)  # 12 % slower: not a tie
+    assert c.chosen == "a"
+
+
+def test_a_file_more_than_the_tolerance_below_the_best_does_not_meet():
+    """The default recipe at 0.62 beside NNCF's 1.00 (issue 37's YOLOv8 head): the fast file does not meet, so the most
+    agreeing file that is still faster than float is taken."""
+    c = choose([fig("ort", 0.62, 30), fig("nncf:ort", 0.99, 35), fig("nncf", 1.0, 150)], target=0.9)
+    assert (c.chosen, c.rule) == ("nncf:ort", "meets")
+    c = choose([fig("ort", 0.62, 30), fig("openvino", 0.80, 60), fig("nncf", 1.0, 150)], target=0.9)
+    assert (c.chosen, c.rule) == ("openvino", "most-agreeing") and "0.990" in c.reason
+
+
+def test_below_the_target_does_not_meet_even_as_the_best():
+    c = choose([fig("ort", 0.85, 30), fig("nncf", 0.86, 35)], target=0.9)
+    assert (c.chosen, c.rule) == ("nncf", "most-agreeing")
+
+
+def test_slower_than_float_is_never_chosen_while_a_faster_file_exists():
+    c = choose([fig("nncf", 0.99, 120), fig("ort", 0.5, 50)], target=0.9)
+    assert (c.chosen, c.rule) == ("ort", "most-agreeing")
+
+
+def test_no_int8_file_faster_than_float_is_said():
+    c = choose([fig("nncf", 0.99, 120), fig("ort", 0.95, 101)], target=0.9)
+    assert (c.chosen, c.rule) == ("nncf", "no-int8-faster") and "float model serves this runtime better" in c.reason
+
+
+def test_nothing_to_choose_from_is_one_line():
+    with pytest.raises(ConfigError, match="at least one recipe"):
+        choose([], target=0.9)
+
+
+# --- recipe names and params --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name,engine,placement", [("ort", "ort", "ort"), ("openvino", "ort", "openvino"), ("nncf", "nncf", "nncf"),
+                                                   ("nncf:ort", "nncf", "ort"), ("ort-float-decode", "ort", "ort-float-decode")])
+def test_recipe_names(name, engine, placement):
+    r = parse_recipe(name)
+    assert (r.engine, r.placement) == (engine, placement)
+
+
+@pytest.mark.parametrize("name", ["ortt", "nncf:nncf", "aimet:ort", "nncf:bogus"])
+def test_unknown_recipe_is_one_line_naming_the_key(name):
+    with pytest.raises(ConfigError) as e:
+        parse_recipe(name, "targets.onnxruntime.recipes")
+    assert str(e.value).startswith("targets.onnxruntime.recipes: ") and "\n" not in str(e.value)
+
+
+def test_targets_take_a_placement_or_recipes(tmp_path):
+    p = tmp_path / "params.yaml"
+    p.write_text(yaml.safe_dump({"targets": {"onnxruntime": {"recipes": ["ort", "nncf:ort"]}, "openvino": {"placement": "openvino"}}}))
+    assert targets(p) == {"onnxruntime": "ort|nncf:ort", "openvino": "openvino"}
+    assert target_recipes(p, "onnxruntime") == ("ort", "nncf:ort") and target_recipes(p, "openvino") == ()
+    for bad in ({"placement": "ort", "recipes": ["ort"]}, {"recipes": []}, {"recipes": "ort"}, {"recipe": ["ort"]}):
+        p.write_text(yaml.safe_dump({"targets": {"openvino": bad}}))
+        with pytest.raises(ConfigError, match=r"targets\.openvino must be \{placement: NAME\} or \{recipes: \[NAME, \.\.\.\]\}"):
+            targets(p)
+
+
+# --- a whole choice on a small model ------------------------------------------------------------------------------------
+
+SIZE = 16
+
+
+@pytest.fixture(scope="module")
+def deployed(tmp_path_factory):
+    from quantkit.quantize import StaticQuantConfig, quantize
+
+    root = tmp_path_factory.mktemp("recipes")
+    intake = write_model_intake(concat_map_model(SIZE), root / "intake", SIZE)
+    cset = make_set(root / "calib", n=6, size=48)
+    ref = make_set(root / "ref", n=6, size=48, name="ref-set", seed=5)
+    quantize(intake, StaticQuantConfig(per_channel=True), out=root / "deployed", calibration_set=cset)
+    return {"root": root, "intake": intake, "set": cset, "ref": ref, "deployed": root / "deployed"}
+
+
+@needs_nncf
+@pytest.mark.parametrize("runtime,recipes", [("onnxruntime", ["ort", "ort-float-decode", "nncf", "nncf:ort"]), ("openvino", ["openvino", "nncf"])])
+def test_choice_builds_judges_and_writes_the_chosen_file(deployed, runtime, recipes):
+    pytest.importorskip("openvino") if runtime == "openvino" else None
+    from quantkit.artifacts import CalibrationRecord
+    from quantkit.quantize import StaticQuantConfig
+    from quantkit.quantize.fallback.metric import agreement_metric
+    from quantkit.quantize.recipes import choose_for_runtime
+
+    out = deployed["root"] / f"chosen-{runtime}"
+    rec, choice = choose_for_runtime(deployed["intake"], deployed["deployed"], deployed["set"], [deployed["ref"]],
+                                     StaticQuantConfig(per_channel=True), runtime, recipes, agreement_metric(None), target=0.9, out=out,
+                                     repeats=3)
+    on_disk = json.loads((out / "choice.json").read_text())
+    assert on_disk == choice and sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["choice.json", "model_int8.onnx",
+                                                                                                        "record.json"]
+    assert [f["name"] for f in choice["figures"]] == recipes and choice["chosen"] in recipes and choice["runtime"] == runtime
+    by = {f["name"]: f for f in choice["figures"]}
+    for f in choice["figures"]:
+        assert 0.0 <= f["agreement"] <= 1.0 and f["images"] == 6 and f["median_ms"] > 0 and f["ci"][0] <= f["agreement"] <= f["ci"][1]
+    expect = choose([RecipeFigure(f["name"], f["agreement"], None, f["images"], f["median_ms"], f["best_float"], f["best_float_ms"])
+                     for f in choice["figures"]], target=0.9)
+    assert (choice["chosen"], choice["rule"]) == (expect.chosen, expect.rule)  # the figures written are the ones chosen on
+    assert rec.fingerprint == by[choice["chosen"]]["fingerprint"] == CalibrationRecord.load(out).fingerprint
+    if runtime == "onnxruntime":  # no decode tail in this model: ort-float-decode is ort's file, measured once
+        assert {k: v for k, v in by["ort"].items() if k not in ("name", "fingerprint")} == \
+               {k: v for k, v in by["ort-float-decode"].items() if k not in ("name", "fingerprint")}
+        assert CalibrationRecord.load(out).config["engine"] == ("nncf" if choice["chosen"] == "nncf" else "ort")
+    assert not [p for p in deployed["root"].iterdir() if ".recipes-" in p.name]  # the work folder is gone
+
+
+def test_choice_refuses_another_calibration_set(deployed):
+    from quantkit.quantize import StaticQuantConfig
+    from quantkit.quantize.fallback.metric import agreement_metric
+    from quantkit.quantize.recipes import choose_for_runtime
+
+    with pytest.raises(ConfigError, match="is not the deployed record's calibration set"):
+        choose_for_runtime(deployed["intake"], deployed["deployed"], deployed["ref"], [deployed["ref"]], StaticQuantConfig(per_channel=True),
+                           "onnxruntime", ["ort"], agreement_metric(None), target=0.9, out=deployed["root"] / "never")
+    assert not (deployed["root"] / "never").exists()
