@@ -137,9 +137,7 @@ def test_choice_builds_judges_and_writes_the_chosen_file(deployed, runtime, reci
                      for f in choice["figures"]], target=0.9)
     assert (choice["chosen"], choice["rule"]) == (expect.chosen, expect.rule)  # the figures written are the ones chosen on
     assert rec.fingerprint == by[choice["chosen"]]["fingerprint"] == CalibrationRecord.load(out).fingerprint
-    if runtime == "onnxruntime":  # no decode tail in this model: ort-float-decode is ort's file, measured once
-        assert {k: v for k, v in by["ort"].items() if k not in ("name", "fingerprint")} == \
-               {k: v for k, v in by["ort-float-decode"].items() if k not in ("name", "fingerprint")}
+    if runtime == "onnxruntime":
         assert CalibrationRecord.load(out).config["engine"] == ("nncf" if choice["chosen"] == "nncf" else "ort")
     assert not [p for p in deployed["root"].iterdir() if ".recipes-" in p.name]  # the work folder is gone
 
@@ -153,3 +151,23 @@ def test_choice_refuses_another_calibration_set(deployed):
         choose_for_runtime(deployed["intake"], deployed["deployed"], deployed["ref"], [deployed["ref"]], StaticQuantConfig(per_channel=True),
                            "onnxruntime", ["ort"], agreement_metric(None), target=0.9, out=deployed["root"] / "never")
     assert not (deployed["root"] / "never").exists()
+
+
+def test_recipes_of_an_engine_not_installed_are_left_out_and_said(deployed, monkeypatch):
+    """A core install without NNCF still gets a file: the nncf recipes are left out, and choice.json says why."""
+    import importlib.util as iu
+
+    from quantkit.quantize import StaticQuantConfig
+    from quantkit.quantize.fallback.metric import agreement_metric
+    from quantkit.quantize.recipes import choose_for_runtime
+
+    real = iu.find_spec
+    monkeypatch.setattr(iu, "find_spec", lambda name, *a: None if name == "nncf" else real(name, *a))
+    out = deployed["root"] / "no-nncf"
+    _, choice = choose_for_runtime(deployed["intake"], deployed["deployed"], deployed["set"], [deployed["ref"]], StaticQuantConfig(per_channel=True),
+                                   "onnxruntime", ["ort", "nncf", "nncf:ort"], agreement_metric(None), target=0.9, out=out, repeats=3)
+    assert [f["name"] for f in choice["figures"]] == ["ort"] and choice["chosen"] == "ort"
+    assert [s["recipe"] for s in choice["skipped"]] == ["nncf", "nncf:ort"] and "pip install 'quantkit[nncf]'" in choice["skipped"][0]["why"]
+    with pytest.raises(ConfigError, match="every recipe needs nncf"):
+        choose_for_runtime(deployed["intake"], deployed["deployed"], deployed["set"], [deployed["ref"]], StaticQuantConfig(per_channel=True),
+                           "onnxruntime", ["nncf"], agreement_metric(None), target=0.9, out=deployed["root"] / "never2")

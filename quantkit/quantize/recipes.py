@@ -35,6 +35,7 @@ The choice (:func:`choose`, one rule per row of :data:`RULES`, first that applie
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import logging
 import shutil
 import tempfile
@@ -259,6 +260,15 @@ def choose_for_runtime(intake: str | Path, ranges: str | Path, calibration_set: 
     from .reuse import static_record_and_intake
 
     parsed = [parse_recipe(r, f"targets.{runtime}.recipes") for r in dict.fromkeys(recipes)]
+    skipped = []
+    if any(r.engine == "nncf" for r in parsed) and importlib.util.find_spec("nncf") is None:
+        skipped = [{"recipe": r.name, "why": "nncf is not installed here (pip install 'quantkit[nncf]')"} for r in parsed if r.engine == "nncf"]
+        parsed = [r for r in parsed if r.engine != "nncf"]
+        log.warning("targets.%s.recipes: %s left out: nncf is not installed here (pip install 'quantkit[nncf]')", runtime,
+                    ", ".join(s["recipe"] for s in skipped))
+        if not parsed:
+            raise ConfigError(f"targets.{runtime}.recipes: every recipe needs nncf, which is not installed here; pip install 'quantkit[nncf]' "
+                              "or list a placement (ort, openvino, ...)")
     rec = static_record_and_intake(ranges, intake, "placed for a target runtime", engines=("ort", "nncf"))[0]
     cs = calibration_set if isinstance(calibration_set, CalibrationSet) else CalibrationSet.load(calibration_set, verify=True)
     if rec.calibration_set is not None and rec.calibration_set.set_id != cs.set_id:
@@ -288,7 +298,8 @@ def choose_for_runtime(intake: str | Path, ranges: str | Path, calibration_set: 
         choice = {"runtime": runtime, "chosen": pick.chosen, "rule": pick.rule, "reason": pick.reason, "target": target,
                   "tolerance": 0.01, "metric": getattr(metric, "description", "agreement"), "cpu": cpu_label(), "threads": threads,
                   "reference_sets": [{"name": s.name, "set_id": s.set_id, "images": s.count} for s in refs.sets],
-                  "calibration_set": {"name": cs.name, "set_id": cs.set_id}, "figures": [f.to_dict() for f in figures]}
+                  "calibration_set": {"name": cs.name, "set_id": cs.set_id}, "figures": [f.to_dict() for f in figures],
+                  "skipped": skipped}
         src = work / pick.chosen.replace(":", "_")
         with atomic_output_dir(out, command="quantize", inputs=[intake, ranges]) as tmp:
             for f in ("model_int8.onnx", RECORD_FILE):

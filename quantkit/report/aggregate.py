@@ -210,10 +210,20 @@ def _verification(path: Path | None, deployed: CalibrationRecord, thresholds: Th
     return v
 
 
+def same_calibration(rec: CalibrationRecord, deployed: CalibrationRecord) -> bool:
+    """Whether a target runtime's file comes from the deployed calibration: the deployed record's ranges placed for it
+    (``calibration.ranges_from``), or a recipe built from the same calibration set (:mod:`quantkit.quantize.recipes`:
+    NNCF's file, NNCF's ranges re-placed; same set id)."""
+    if (rec.calibration or {}).get("ranges_from") == deployed.fingerprint:
+        return True
+    mine, theirs = rec.calibration_set, deployed.calibration_set
+    return mine is not None and theirs is not None and mine.set_id == theirs.set_id
+
+
 def _target_verifications(targets: Sequence[tuple[str, Path]], deployed: CalibrationRecord) -> tuple[DeploymentVerification | None, list[str]]:
     """Every target runtime's verification merged into one (a :class:`RuntimeResult` per runtime, each of that runtime's
     own bundle), and the runtimes without one. Each is checked to verify the bundle of its folder's record and
-    thresholds, whose ranges are the deployed record's (``calibration.ranges_from``)."""
+    thresholds, made from the deployed calibration (:func:`same_calibration`)."""
     found, missing = [], []
     for runtime, folder in targets:
         path = folder / "verify.json"
@@ -221,8 +231,8 @@ def _target_verifications(targets: Sequence[tuple[str, Path]], deployed: Calibra
             missing.append(runtime)
             continue
         rec = CalibrationRecord.load(folder / "quantize")
-        if (rec.calibration or {}).get("ranges_from") != deployed.fingerprint:
-            raise BindingMismatchError(f"{folder / 'quantize'}: its ranges are not the deployed record's ({deployed.fingerprint[:12]}); "
+        if not same_calibration(rec, deployed):
+            raise BindingMismatchError(f"{folder / 'quantize'}: not made from the deployed record's calibration ({deployed.fingerprint[:12]}); "
                                        f"rerun 'dvc repro place' (quantkit quantize --ranges-from the deployed record --target {runtime})")
         v = _verification(path, rec, ThresholdSet.load(folder / "thresholds.json"))
         if v is not None:
