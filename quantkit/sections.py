@@ -44,12 +44,14 @@ NOT_CONFIG = {
               "default: your own file, a dependency no stage writes; ``demo``: written by the demo_model stage); every stage of "
               "dvc.yaml runs for each, on the model's own image sets (``sets``); `quantkit <cmd> --model NAME` reads "
               "``models.NAME.<section>`` merged key by key over the top-level section (`quantkit params show --model NAME`)",
-    "targets": "``{runtime: {placement: NAME}}``: the target runtimes of each model's deployed INT8 (dvc.yaml ``place`` .. "
-               "``verify``): one file per runtime from the deployed record's ranges with that runtime's Q/DQ placement "
-               "(`quantkit quantize --ranges-from RECORD --target RUNTIME`), bound, bundled to ``dist/<model>/<runtime>/`` "
-               "and verified on that runtime; placements in :mod:`quantkit.quantize.placement`. With ``quantize.engine: nncf`` "
-               "(or ``models.<name>.quantize.engine``) ``nncf`` and ``openvino`` give NNCF's own file and any ORT recipe (``ort``, "
-               "``ort-float-decode``) ORT's placement on NNCF's ranges (:func:`quantkit.quantize.placement.target_engine`)",
+    "targets": "``{runtime: {recipes: [NAME, ...]}}`` or ``{runtime: {placement: NAME}}``: the target runtimes of each model's "
+               "deployed INT8 (dvc.yaml ``place`` .. ``verify``), one file per runtime, bound, bundled to ``dist/<model>/<runtime>/`` "
+               "and verified on that runtime. ``recipes``: each built from the deployed calibration set (a placement of the deployed "
+               "record's ranges, ``nncf`` = NNCF's own file, ``nncf:<placement>`` = NNCF's ranges in that placement), judged on the "
+               "runtime (agreement on the deployed reference set, speed against its best float run) and the one chosen written with "
+               "``choice.json`` (:mod:`quantkit.quantize.recipes`; `quantkit quantize --ranges-from RECORD --role deployed --model NAME "
+               "--target RUNTIME`). ``placement``: that one placement of the deployed record's ranges (:mod:`quantkit.quantize.placement`); "
+               "with ``quantize.engine: nncf`` ``nncf`` and ``openvino`` give NNCF's own file (:func:`quantkit.quantize.placement.target_engine`)",
 }
 """Top-level ``params.yaml`` keys that are not a config section (listed in the reference as they are)."""
 

@@ -4,6 +4,8 @@ synthetic artifacts (quantkit.report.synthetic)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import shutil
 
 import re
@@ -174,9 +176,47 @@ def test_one_bundle_per_target_runtime_is_read_from_its_own_folder(tmp_path):
     m = build_report([targets]).models[0]
     assert m.decision == "needs review" and m.verdict[0].startswith("The deployed model's bundle failed verification on openvino: do not ship it")
     record = work / "targets" / "openvino" / "quantize" / "record.json"
-    record.write_text(record.read_text().replace('"ranges_from": "', '"ranges_from": "0'))
-    with pytest.raises(BindingMismatchError, match=r"targets/openvino/quantize: its ranges are not the deployed record's"):
+    text = record.read_text()
+    record.write_text(text.replace('"ranges_from": "', '"ranges_from": "0'))
+    build_report([targets])  # another recipe's file (NNCF's, say) from the same calibration set is accepted
+    from quantkit.artifacts import CalibrationRecord
+
+    rec = CalibrationRecord.load(record)
+    other = dataclasses.replace(rec.calibration_set, set_id="0" * 64)  # another calibration set: its own fingerprint
+    rec = dataclasses.replace(rec, calibration_set=other,
+                              fingerprint=CalibrationRecord.compute_fingerprint(rec.tensors, rec.model_digest, other.set_id, rec.config_hash))
+    rec.save(record)
+    with pytest.raises(BindingMismatchError, match=r"targets/openvino/quantize: not made from the deployed record's calibration"):
         build_report([targets])
+
+
+def test_how_each_runtimes_file_was_chosen_is_shown(tmp_path):
+    """A target whose file was chosen among recipes (choice.json): the report shows every recipe's agreement with its
+    interval and speed against the best float run, which one is deployed and why, and what was not built."""
+    import json
+
+    from quantkit.report.render import render_html
+    from quantkit.report.synthetic import write_target
+
+    inputs = _model(tmp_path, quality=BOTH_GREEN)
+    work = inputs.eval_dir.parent
+    targets = ModelInputs.from_work_dir(work, site_sets=inputs.site_sets, targets=("onnxruntime", "openvino"))
+    write_target(work, "onnxruntime", "verified")
+    folder = write_target(work, "openvino", "verified")
+    fig = {"images": 24, "best_float": "fp32-default", "best_float_ms": 20.0, "fingerprint": ""}
+    choice = {"runtime": "openvino", "chosen": "nncf", "rule": "meets", "reason": "nncf: agreement 0.988, 1.31x the best float run",
+              "target": 0.9, "tolerance": 0.01, "metric": "pixel_iou", "cpu": "Test CPU (x86_64; avx2)", "threads": 0,
+              "figures": [{**fig, "name": "openvino", "agreement": 0.968, "ci": [0.964, 0.972], "median_ms": 14.0, "vs_best_float": 1.4286},
+                          {**fig, "name": "nncf", "agreement": 0.988, "ci": [0.985, 0.989], "median_ms": 15.3, "vs_best_float": 0.97}],
+              "skipped": [{"recipe": "nncf:openvino", "why": "nncf is not installed here"}]}
+    (folder / "quantize" / "choice.json").write_text(json.dumps(choice))
+    m = build_report([targets]).models[0]
+    assert [c["runtime"] for c in m.recipes] == ["openvino"]
+    html = render_html(build_report([targets]))
+    assert "how ppocr_det's INT8 file for each runtime was chosen (openvino)" in html and "Test CPU (x86_64; avx2)" in html
+    assert '<td class="l">nncf</td><td>0.988<br><small>95% CI 0.985–0.989</small></td><td class="alert">0.97x</td><td class="l">yes</td>' in html
+    assert '<td class="l">openvino</td><td>0.968<br><small>95% CI 0.964–0.972</small></td><td class="">1.43x</td><td class="l"></td>' in html
+    assert "not built: nncf is not installed here" in html and "openvino: nncf: agreement 0.988, 1.31x the best float run." in html
 
 
 def _measured(path: Path, rows: dict[str, tuple[float, float]]) -> Path:

@@ -337,7 +337,14 @@ def build_model_report(inputs: ModelInputs, cfg: ReportConfig) -> ModelReport:
                        tuple(lines), dep_rec.set_name, cand[0].set_name if cand else None,
                        tuple(threshold_table(roles["deployed"][1], cand[1] if cand else None)),
                        tuple(scale_moves(dep_rec, cand[0], cfg.top_tensors)) if cand and not same else (), fallback, provenance, deploy,
-                       evidence, verification, choice)
+                       evidence, verification, choice, _recipes(inputs.targets))
+
+
+def _recipes(targets: Sequence[tuple[str, Path]]) -> tuple[dict[str, Any], ...]:
+    """Each target runtime's ``quantize/choice.json`` (:mod:`quantkit.quantize.recipes`) where its file was chosen among recipes."""
+    from ..quantize.recipes import CHOICE_FILE
+
+    return tuple(read_json(f, "recipe choice") for _, folder in targets if (f := folder / "quantize" / CHOICE_FILE).is_file())
 
 
 def _calibration_words(record: CalibrationRecord) -> str:

@@ -104,6 +104,9 @@ class ModelReport:
     """The deployed bundle's :class:`quantkit.artifacts.verification.DeploymentVerification`, or None ("not verified")."""
     choice: Any = None
     """The :class:`quantkit.decision.Decision` (label, rule, reasons; ``verdict`` starts with its reasons)."""
+    recipes: tuple[dict[str, Any], ...] = ()
+    """Per target runtime, how its INT8 file was chosen: the ``choice.json`` of :mod:`quantkit.quantize.recipes` (runtime,
+    chosen, rule, reason, figures per recipe), in the order of params ``targets``."""
 
     @property
     def label(self) -> str:
