@@ -171,3 +171,20 @@ def test_recipes_of_an_engine_not_installed_are_left_out_and_said(deployed, monk
     with pytest.raises(ConfigError, match="every recipe needs nncf"):
         choose_for_runtime(deployed["intake"], deployed["deployed"], deployed["set"], [deployed["ref"]], StaticQuantConfig(per_channel=True),
                            "onnxruntime", ["nncf"], agreement_metric(None), target=0.9, out=deployed["root"] / "never2")
+
+
+@needs_nncf
+def test_quantize_target_with_recipes_is_the_place_stage(deployed, run_cli, tmp_path):
+    """`quantkit quantize --target RUNTIME` where params lists recipes prints the table and writes the chosen file; the
+    same command without the deployed record, or with a flag the recipes decide, is one line and exit 2, nothing written."""
+    p = tmp_path / "params.yaml"
+    p.write_text(yaml.safe_dump({"quantize": {"per_channel": True}, "targets": {"onnxruntime": {"recipes": ["ort", "nncf:ort"]}}}))
+    base = ["quantize", str(deployed["intake"]), "--params", str(p), "--target", "onnxruntime", "--calibration-set", str(deployed["set"]),
+            "--reference-set", str(deployed["ref"])]
+    code, out, err = run_cli([*base, "--ranges-from", str(deployed["deployed"]), "--out", str(tmp_path / "q")])
+    assert code == 0, err
+    assert "recipes for onnxruntime" in out and "<- chosen" in out and "chose " in out and (tmp_path / "q" / "choice.json").is_file()
+    for extra, says in ((["--out", str(tmp_path / "a")], "pass --ranges-from"),
+                        (["--ranges-from", str(deployed["deployed"]), "--placement", "ort", "--out", str(tmp_path / "a")], "--placement: ")):
+        code, out, err = run_cli([*base, *extra])
+        assert code == 2 and says in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "a").exists()

@@ -168,7 +168,7 @@ def test_one_bundle_per_target_runtime_is_read_from_its_own_folder(tmp_path):
     write_target(work, "openvino", "verified")
     m = build_report([targets]).models[0]
     assert m.decision == "watch" and not any("not verified" in v.lower() for v in m.verdict)
-    assert any(v.startswith("The deployed model's bundles, one per target runtime (one calibration, each runtime's own Q/DQ placement), pass "
+    assert any(v.startswith("The deployed model's bundles, one per target runtime (one calibration set, each runtime's own file: the recipe chosen for it), pass "
                             "verification on onnxruntime 1.0 and openvino 1.0: its decisions agree with FP32") for v in m.verdict)
     assert not any("box f1" in v for v in m.verdict)  # one agreement metric per model: the task's primary (pixel IoU here)
     shutil.rmtree(work / "targets" / "openvino")

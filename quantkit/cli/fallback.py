@@ -68,27 +68,10 @@ def build_config(args: argparse.Namespace) -> Any:
 
 
 def _metric(args: argparse.Namespace) -> Any:
-    """The task adapter's primary agreement metric (params ``models.<model>.task`` / ``task``; db_text defaults),
-    completed from the intake model (:meth:`~quantkit.tasks.TaskAdapter.with_model`: e.g. a grid decoder's input size).
+    """The task adapter's primary agreement metric of ``args.intake``'s model (:func:`.flags.task_agreement_metric`)."""
+    from .flags import task_agreement_metric
 
-    Raises:
-        ModelError: the model's outputs do not fit the task's declared layout (one line naming the output).
-    """
-    from pathlib import Path
-
-    from ..config import config_from_params, has_section
-    from ..intake.prepare import output_shapes
-    from ..modelio import load_model
-    from ..quantize.fallback.metric import agreement_metric
-    from ..tasks import TaskConfig
-
-    model = getattr(args, "model", None)
-    cfg = config_from_params(TaskConfig, args.params, "task", model=model) if has_section(args.params, "task", model=model) else TaskConfig()
-    intake = Path(args.intake)
-    fp32 = load_model(intake / "model.onnx" if intake.is_dir() else intake, load_external_data=False)
-    task = cfg.make().with_model(fp32)
-    task.check_outputs(output_shapes(fp32))  # a task that does not fit the model is refused, as intake and bind refuse it
-    return agreement_metric(task)
+    return task_agreement_metric(args.params, getattr(args, "model", None), args.intake)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -84,3 +84,26 @@ def add_model_flag(parser: Any, *, reads: str = "", **kwargs: Any) -> None:
     """``--model NAME``: the one meaning of ``--model`` in every command (a model of params.yaml's ``models``); ``reads``
     names what the command takes from it (``"its site sets"``) in the help, ``kwargs`` go to ``add_argument``."""
     parser.add_argument("--model", metavar="NAME", help=MODEL_HELP + (f"; {reads}" if reads else ""), **kwargs)
+
+
+def task_agreement_metric(params: Any, model: str | None, intake: Any) -> Any:
+    """The task adapter's primary agreement metric (params ``models.<model>.task`` / ``task``; db_text defaults),
+    completed from the intake model (:meth:`~quantkit.tasks.TaskAdapter.with_model`: e.g. a grid decoder's input size).
+
+    Raises:
+        ModelError: the model's outputs do not fit the task's declared layout (one line naming the output).
+    """
+    from pathlib import Path
+
+    from ..config import config_from_params, has_section
+    from ..intake.prepare import output_shapes
+    from ..modelio import load_model
+    from ..quantize.fallback.metric import agreement_metric
+    from ..tasks import TaskConfig
+
+    cfg = config_from_params(TaskConfig, params, "task", model=model) if has_section(params, "task", model=model) else TaskConfig()
+    intake = Path(intake)
+    fp32 = load_model(intake / "model.onnx" if intake.is_dir() else intake, load_external_data=False)
+    task = cfg.make().with_model(fp32)
+    task.check_outputs(output_shapes(fp32))  # a task that does not fit the model is refused, as intake and bind refuse it
+    return agreement_metric(task)

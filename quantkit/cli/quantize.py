@@ -179,7 +179,7 @@ def run_recipes(args: argparse.Namespace, recipes: tuple[str, ...]) -> int:
     from ..quantize.recipes import choose_for_runtime
     from ..report.config import ReportConfig
     from ._roles import role_path
-    from .fallback import _metric
+    from .flags import task_agreement_metric
 
     if args.ranges_from is None:
         raise ConfigError(f"--target {args.target}: targets.{args.target}.recipes places the deployed record's ranges; pass --ranges-from "
@@ -196,7 +196,8 @@ def run_recipes(args: argparse.Namespace, recipes: tuple[str, ...]) -> int:
     section.pop("dynamic", None)
     config = StaticQuantConfig.from_dict(section, where=f"{args.params}: {where}")
     target = config_from_params(ReportConfig, args.params, "report", model=args.model).min_agreement
-    rec, choice = choose_for_runtime(args.intake, args.ranges_from, cset, [ref], config, args.target, recipes, _metric(args),
+    metric = task_agreement_metric(args.params, args.model, args.intake)
+    rec, choice = choose_for_runtime(args.intake, args.ranges_from, cset, [ref], config, args.target, recipes, metric,
                                      target=target, out=args.out)
     if args.json:
         print(json.dumps(choice, indent=2, sort_keys=True))

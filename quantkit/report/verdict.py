@@ -195,7 +195,7 @@ def verification_facts(v: DeploymentVerification | None, role: str = "deployed",
             ok.append(name)
     if ok:
         if per_runtime and len(ok) > 1:
-            what = (f"The {role} model's bundles, one per target runtime (one calibration, each runtime's own Q/DQ placement), pass "
+            what = (f"The {role} model's bundles, one per target runtime (one calibration set, each runtime's own file: the recipe chosen for it), pass "
                     f"verification on {_names(ok)}")
         else:
             what = f"The {role} model's bundle for {ok[0]} passes verification there" if per_runtime else f"The {role} bundle passes verification on {_names(ok)}"
