@@ -124,6 +124,23 @@ def runtimes() -> list[str]:
             *table(("result", "CPU", "threads", "model and runtime", "median ms", "vs FP32"), rows)]
 
 
+def recipes() -> list[str]:
+    rows = []
+    for p, d in load("recipes_*.json"):
+        for r in d["rows"]:
+            for f in r["figures"]:
+                ci = f" [{f['ci'][0]:.3f}, {f['ci'][1]:.3f}]" if f.get("ci") else ""
+                rows.append((link(p), r["model"], r["runtime"], f["name"], f"{f['agreement']:.3f}{ci}", f["images"], f["median_ms"],
+                             f"{f['vs_best_float']:.2f}x ({f['best_float']})", r["rule"] if f["name"] == r["chosen"] else ""))
+    return ["## Every recipe per model and runtime: what the main job deploys (`bench_recipes.py`)", "",
+            "Each recipe built from one calibration set, judged on the runtime itself: the task's agreement with ORT's FP32 "
+            "decisions on held-out reference images (box F1, top-1 or pixel IoU; 95% interval), median latency interleaved with "
+            "the runtime's float runs, and the rule of `quantkit.quantize.recipes` that chose the deployed file. The demo rows are "
+            "the main job's own `choice.json` files.", "",
+            *table(("result", "model", "runtime", "recipe", "agreement vs FP32 [95% CI]", "images", "median ms", "vs best float",
+                    "deployed (rule)"), rows)]
+
+
 def int8_speed() -> list[str]:
     out: list[str] = []
     for p, d in load("int8_speed_*.json"):
@@ -185,7 +202,7 @@ def fleet() -> list[str]:
 
 def other_files() -> list[str]:
     covered = {"calibration_640_", "calibration_vs_forward_", "profile_calibration_", "candidate_", "runtimes_",
-               "int8_speed_", "fallback_bisect_", "fleet"}
+               "int8_speed_", "fallback_bisect_", "fleet", "recipes_"}
     rest = [p for p in sorted(RESULTS.iterdir()) if p.is_file() and not any(p.name.startswith(c) for c in covered)]
     if not rest:
         return []
@@ -194,7 +211,7 @@ def other_files() -> list[str]:
 
 
 SECTIONS: tuple[Callable[[], list[str]], ...] = (calibration_scaling, calibration_vs_forward, calibration_profile,
-                                                  candidate, runtimes, int8_speed, fallback, fleet, other_files)
+                                                  candidate, runtimes, recipes, int8_speed, fallback, fleet, other_files)
 
 
 def render() -> str:

@@ -188,3 +188,18 @@ def test_quantize_target_with_recipes_is_the_place_stage(deployed, run_cli, tmp_
                         (["--ranges-from", str(deployed["deployed"]), "--placement", "ort", "--out", str(tmp_path / "a")], "--placement: ")):
         code, out, err = run_cli([*base, *extra])
         assert code == 2 and says in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "a").exists()
+
+
+@needs_nncf
+def test_a_deployed_nncf_record_gets_every_recipe_too(deployed):
+    """quantize.engine: nncf (the deployed record is NNCF's): ORT's placements take NNCF's ranges, nncf is NNCF's file again."""
+    from quantkit.quantize import StaticQuantConfig, quantize
+    from quantkit.quantize.fallback.metric import agreement_metric
+    from quantkit.quantize.recipes import choose_for_runtime
+
+    nncf = StaticQuantConfig(per_channel=True, engine="nncf", placement="nncf")
+    rec = quantize(deployed["intake"], nncf, out=deployed["root"] / "deployed-nncf", calibration_set=deployed["set"])
+    _, choice = choose_for_runtime(deployed["intake"], deployed["root"] / "deployed-nncf", deployed["set"], [deployed["ref"]], nncf,
+                                   "onnxruntime", ["ort", "nncf"], agreement_metric(None), target=0.9, out=deployed["root"] / "c-nncf", repeats=3)
+    by = {f["name"]: f for f in choice["figures"]}
+    assert by["nncf"]["fingerprint"] == rec.fingerprint and by["ort"]["fingerprint"] != rec.fingerprint
