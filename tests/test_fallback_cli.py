@@ -182,6 +182,12 @@ def test_fallback_settings_per_model_override_the_top_level_section(tmp_path):
     a, b, top = cfg("a"), cfg("b"), cfg(None, target=0.97)
     assert (a.target, a.search, a.prune) == (0.9, "sqnr", 4)  # the model's keys merged over the top-level section
     assert (b.target, b.search, b.prune) == (0.96, "bisect", 4) and (top.target, top.prune) == (0.97, 4)
+    # no target stated: the model's green line (report.min_agreement, AgreementPolicy.fallback_target), one number
+    params.write_text("models:\n  a: {file: a.onnx, report: {min_agreement: 0.8}}\n  b: {file: b.onnx}\n"
+                      "report: {min_agreement: 0.85}\nfallback: {prune: 4}\n")
+    assert (cfg("a").target, cfg("b").target, cfg(None).target, cfg("a", target=0.97).target) == (0.8, 0.85, 0.85, 0.97)
+    params.write_text("fallback: {prune: 4}\n")
+    assert cfg(None).target == 0.9  # the default green line
 
 
 def test_fallback_refuses_a_task_that_does_not_fit_the_model(env, tmp_path, capsys):

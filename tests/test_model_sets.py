@@ -180,7 +180,8 @@ def test_params_show_names_where_each_setting_comes_from(user_repo, capsys):
     capsys.readouterr()
     assert main(["params", "show", "--model", "ddddocr_det", "--json"]) == 0
     keys = {k["key"]: k for k in json.loads(capsys.readouterr().out)}
-    assert keys["fallback.target"]["source"] == "models.ddddocr_det.fallback.target" and keys["fallback.target"]["value"] == "0.9"
+    assert keys["fallback.target"]["source"] == "default" and keys["fallback.target"]["value"] == "null"  # the green line
+    assert keys["report.min_agreement"]["source"] == "report.min_agreement"
     assert keys["fallback.prune"]["source"] == "fallback.prune"
     assert keys["fallback.search"]["source"] == "default"
     assert keys["sets.site"]["value"] == '"site_sets"'

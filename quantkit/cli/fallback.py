@@ -64,7 +64,12 @@ def build_config(args: argparse.Namespace) -> Any:
         load_params(args.params, args.section)  # a section named on the command line must exist: one line naming it
     config = config_from_params(FallbackConfig, args.params, args.section, model=model)
     overrides = {k: getattr(args, k) for k in OVERRIDES if getattr(args, k) is not None}
-    return config.replace(**overrides) if overrides else config
+    config = config.replace(**overrides) if overrides else config
+    if config.target is None:  # the model's green line (AgreementPolicy.fallback_target): one number, stated once
+        from ..report.config import ReportConfig
+
+        config = config.with_target(config_from_params(ReportConfig, args.params, "report", model=model).policy().fallback_target)
+    return config
 
 
 def _metric(args: argparse.Namespace) -> Any:

@@ -138,7 +138,10 @@ def nncf_accuracy_control(intake: str | Path, config: FallbackConfig, quantize_c
     """
     import onnx
 
+    from ...decision import AgreementPolicy
+
     t0 = time.perf_counter()
+    config = config.with_target(AgreementPolicy().fallback_target)  # no target stated: the default green line
     if quantize_config.engine != "nncf":
         raise ConfigError("quantize.engine: NNCF's accuracy control quantizes with NNCF; set engine: nncf (and placement: nncf)")
     if config.strategy != "float":

@@ -20,7 +20,9 @@ class FallbackConfig(Config):
 
     Fields:
         target: agreement with FP32 (the task's metric, :func:`.metric.agreement_metric`) the worst
-            reference set must reach, in (0, 1].
+            reference set must reach, in (0, 1]; None (the default): the model's green line, ``report.min_agreement``
+            (:attr:`quantkit.decision.AgreementPolicy.fallback_target`: a fallback that stops below it makes a model the
+            report calls amber, so the two are one number), resolved by :meth:`with_target`.
         strategy: ``float`` (promoted nodes are excluded from quantization) or ``int16`` (their activations
             get 16-bit ``TensorQuantOverrides``; on ONNX Runtime's CPU provider 16-bit QDQ runs as float
             with conversions, measured slower than FP32).
@@ -63,7 +65,7 @@ class FallbackConfig(Config):
 
     PARAMS_OPTIONAL: ClassVar[bool] = True  # no section: the defaults
 
-    target: float = 0.95
+    target: float | None = None
     strategy: Literal["float", "int16"] = "float"
     search: Literal["bisect", "sqnr"] = "bisect"
     pick: Literal["cost", "latency"] = "cost"
@@ -83,8 +85,12 @@ class FallbackConfig(Config):
     timings: bool = True
     recovery: RecoveryConfig = dataclasses.field(default_factory=RecoveryConfig)
 
+    def with_target(self, green: float) -> "FallbackConfig":
+        """This config with ``target`` set: its own when stated, else ``green`` (the model's ``report.min_agreement``)."""
+        return self if self.target is not None else self.replace(target=green)
+
     def validate(self) -> None:
-        if not 0.0 < self.target <= 1.0:
+        if self.target is not None and not 0.0 < self.target <= 1.0:
             raise ConfigError(f"fallback.target: {self.target} must lie in (0, 1], e.g. 0.96 (agreement with FP32)")
         if self.step < 1:
             raise ConfigError(f"fallback.step: {self.step} must be >= 1 (activations promoted per round)")

@@ -164,7 +164,10 @@ def precision_fallback(intake: str | Path, config: FallbackConfig, *, reference_
     """
     from ..engine import MODEL_FILE, RECORD_FILE, load_intake
 
+    from ...decision import AgreementPolicy
+
     t0 = time.perf_counter()
+    config = config.with_target(AgreementPolicy().fallback_target)  # no target stated: the default green line
     inputs = [intake, base, deployed, *(set_folder(s) for s in [*reference_sets, calibration_set])]
     check_output_dir(out, "fallback", inputs=inputs)  # now, not after the search
     with output_lock(out):  # an unwritable or busy --out fails now too
