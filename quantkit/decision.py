@@ -7,14 +7,12 @@ situation gets the same words everywhere.
 
 The evidence is typed and small (:class:`Evidence`): per site set the task's primary agreement with FP32 of the deployed
 and candidate INT8 models with the paired interval of their difference (:mod:`quantkit.report.paired`), FP32's own
-health there, whether the images moved; per target runtime the deployed bundle's verification and, where measured,
-the candidate's speed against the deployed file and the runtime's best float run. :func:`decide` computes the derived
-facts once (:class:`Facts`) and walks :data:`RULES`, a table: the first rule with a decision whose condition holds
-decides and gives the first reasons; every note rule (no decision) whose condition holds adds one reason after them.
-Each rule is tested on its own (``tests/test_decision.py``).
-
-The agreement numbers live in :class:`AgreementPolicy`, one per model; see its docstring for which are stated (a
-params key) and which are derived.
+health there, whether the images moved; per target runtime the deployed and candidate bundles' verification and, where
+measured, the candidate's speed against the deployed file and the runtime's best float run. :func:`decide` computes the
+derived facts once (:class:`Facts`) and walks :data:`RULES`, a table: the first rule with a decision whose condition
+holds decides and gives the first reasons; every note rule (no decision) whose condition holds adds one reason after
+them. Each rule is tested on its own (``tests/test_decision.py``). The agreement numbers live in
+:class:`AgreementPolicy`, one per model (its docstring says which are stated, a params key each, and which derived).
 """
 
 from __future__ import annotations
@@ -27,10 +25,9 @@ from .drift.advice import CAUSES
 KEEP, SWITCH, SWITCH_ON, REVIEW, WATCH = "keep deployed", "switch to candidate", "switch on runtime", "needs review", "watch"
 DECISIONS = (KEEP, SWITCH, SWITCH_ON, REVIEW, WATCH)
 """Every decision; ``switch on runtime`` names its runtimes in :attr:`Decision.runtimes`."""
-DEPLOYS = (SWITCH, SWITCH_ON)
-"""The decisions under which deploy commands are shown (never under keep, watch or needs review)."""
-FIRST_SCREEN = 3
-"""Reasons a quality lead reads first; the rest are one click away."""
+DEPLOYS, FIRST_SCREEN = (SWITCH, SWITCH_ON), 3
+"""The decisions under which deploy commands are shown (never under keep, watch or needs review); the reasons a quality
+lead reads first (the rest are one click away)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,13 +52,8 @@ class AgreementPolicy:
     floor: float = 0.5
     fleet_drop: float = 0.15
 
-    @property
-    def red(self) -> float:
-        return self.green - self.amber_band
-
-    @property
-    def fallback_target(self) -> float:
-        return self.green
+    red = property(lambda self: self.green - self.amber_band)
+    fallback_target = property(lambda self: self.green)
 
     def holds(self, agreement: float) -> bool:
         """Whether ``agreement`` is at or above the green line."""
@@ -123,7 +115,8 @@ machine differ by up to about 3% from run to run (bench/history.md), so 0.97x is
 class RuntimeEvidence:
     """One target runtime. ``deployed``: ``deployable`` | ``failed`` | ``not verified`` | ``not installed`` (its bundle's
     verification, ``failure``: the first failure); ``candidate_vs_deployed`` / ``candidate_vs_best_float``: speed ratios
-    (> 1 faster) where measured on this machine (None: not measured); ``best_float``: that float run's label."""
+    (> 1 faster) where measured on this machine (None: not measured); ``best_float``: that float run's label; ``candidate``: the
+    candidate bundle's verification there (``deployable`` | ``failed`` | "": none), ``candidate_failure`` its first failure."""
 
     runtime: str
     deployed: str = "deployable"
@@ -133,6 +126,8 @@ class RuntimeEvidence:
     best_float: str = "FP32"
     key: str = ""
     """The runtime's registry name (``openvino``) when ``runtime`` is a label (``openvino 2026.4``)."""
+    candidate: str = ""
+    candidate_failure: str = ""
 
     @property
     def measured(self) -> bool:
@@ -148,13 +143,15 @@ class RuntimeEvidence:
 
     @property
     def candidate_slower(self) -> bool:
-        """Slower than the deployed file, or than the runtime's own best float run (then quantizing does not pay), by more
-        than the timing noise (:data:`SLOWER_BELOW`)."""
-        return self.measured and (self.slower_than_deployed or self.below_best_float)
+        """Not for this runtime: slower than the deployed file or the runtime's own best float run (then quantizing does not
+        pay) by more than the timing noise (:data:`SLOWER_BELOW`), or its bundle failed verification there."""
+        return (self.measured and (self.slower_than_deployed or self.below_best_float)) or self.candidate == "failed"
 
     def speed_words(self) -> str:
-        """Words without figures: the ratios are this machine's (the report's speed section shows them when opened), and a
-        tracked report keeps machine-dependent figures out."""
+        """Why the candidate is not for this runtime, in words without figures: the ratios are this machine's (the report's
+        speed section shows them when opened), and a tracked report keeps machine-dependent figures out."""
+        if self.candidate == "failed":
+            return f"on {self.runtime} the candidate's bundle failed verification ({self.candidate_failure or 'see its verify-candidate.json'})"
         parts = (["slower than the deployed file"] if self.slower_than_deployed else []) \
             + ([f"below {self.runtime}'s own {self.best_float} run"] if self.below_best_float else [])
         said = " and ".join(parts) or "at about the deployed file's speed"
@@ -244,7 +241,7 @@ class Facts:
 
     @property
     def fast(self) -> list[RuntimeEvidence]:
-        return [r for r in self.e.runtimes if r.measured and not r.candidate_slower]
+        return [r for r in self.e.runtimes if (r.measured or r.candidate == "deployable") and not r.candidate_slower]
 
     @property
     def moved_held(self) -> list[SiteEvidence]:
@@ -318,10 +315,10 @@ RULES: tuple[Rule, ...] = (
         f.disagrees(), "What to do: " + f.advice(f.bad)]),
     Rule("candidate-slower-everywhere-needed", lambda f: f.switch_ok and bool(f.bad) and bool(f.slow) and not f.fast, REVIEW, lambda f: [
         f.disagrees(),
-        "The candidate fixes it but is slower than the deployed file on every measured runtime ("
+        "The candidate fixes it but does not pay on any runtime it was measured or verified on ("
         + "; ".join(r.speed_words() for r in f.slow) + "): decide whether the accuracy is worth the speed."]),
     Rule("candidate-slower-everywhere", lambda f: f.switch_ok and bool(f.slow) and not f.fast, KEEP, lambda f: [
-        f"The candidate {f.why_switch()}, but it is slower than the deployed file on every measured runtime ("
+        f"The candidate {f.why_switch()}, but it does not pay on any runtime it was measured or verified on ("
         + "; ".join(r.speed_words() for r in f.slow) + ")."]),
     Rule("switch-on-runtime", lambda f: f.switch_ok and bool(f.slow), SWITCH_ON, lambda f: [
         f"Switch to the candidate (calibrated on {f.e.candidate}) on {_names([r.runtime for r in f.fast])} only: {f.why_switch()}.",

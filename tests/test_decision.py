@@ -124,6 +124,17 @@ def test_ppocr_det_switch_only_where_the_candidate_is_not_slower():
                                    "below openvino's own fp32-default run")
 
 
+def test_a_runtime_where_the_candidate_bundle_failed_verification_is_left_out_of_the_switch():
+    """Verified on ONNX Runtime, failed on OpenVINO (speed not measured on either): switch on onnxruntime only, and the
+    reason for OpenVINO is the failure, not a speed."""
+    d = decide(_fixing(RuntimeEvidence("onnxruntime", candidate="deployable"),
+                       RuntimeEvidence("openvino", candidate="failed", candidate_failure="2 of 4 decisions differ")))
+    assert (d.decision, d.runtimes, d.excluded) == (SWITCH_ON, ("onnxruntime",), ("openvino",))
+    assert d.reasons[1] == "Keep the deployed model on openvino: on openvino the candidate's bundle failed verification (2 of 4 decisions differ)."
+    d = decide(_fixing(RuntimeEvidence("onnxruntime", candidate="failed"), RuntimeEvidence("openvino", candidate="failed")))
+    assert d.decision == REVIEW and d.rule == "candidate-slower-everywhere-needed"  # fails everywhere: not switched anywhere
+
+
 def test_switch_when_the_candidate_fixes_or_is_materially_closer():
     d = decide(_fixing(RuntimeEvidence("onnxruntime")))  # not measured: no speed evidence against it
     assert (d.decision, d.rule) == (SWITCH, "switch") and d.deploys

@@ -269,3 +269,37 @@ def test_a_fallback_candidate_is_verified_on_each_runtime_it_switches_on():
     assert cmds[0].startswith("quantkit bundle ") and len(cmds) == 3
     assert "--runtime onnxruntime" in cmds[1] and cmds[1].endswith("verify-candidate-onnxruntime.json")
     assert "--runtime openvino" in cmds[2] and cmds[2].endswith("verify-candidate-openvino.json")
+
+
+def test_a_switch_names_the_candidate_bundle_verified_on_each_runtime(tmp_path):
+    """The candidate's bundle verified on each target runtime (verify-candidate.json, the verify_candidate stage): a
+    runtime where it failed is left out of the switch with the reason, the switch names the verified bundle instead of
+    commands that would build one, and a candidate verified nowhere leaves the decision as the speed alone makes it."""
+    from quantkit.artifacts import CalibrationRecord
+    from quantkit.artifacts.thresholds import ThresholdSet
+    from quantkit.report.synthetic import _verification, write_target
+
+    better = {s: {"deployed": 0.92, "candidate": 0.97} for s in BOTH_GREEN}
+    base = _model(tmp_path, quality=better)
+    work = base.eval_dir.parent
+    for rt in ("onnxruntime", "openvino"):
+        write_target(work, rt, "verified")
+    inputs = ModelInputs.from_work_dir(work, site_sets=base.site_sets, targets=("onnxruntime", "openvino"),
+                                       measurements=_measured(tmp_path / "machine" / "ppocr_det" / "measurements.json",
+                                                              {"onnxruntime": (1.05, 2.0), "openvino": (1.02, 1.3)}))
+    m = build_report([inputs]).models[0]
+    assert m.decision == "switch to candidate"  # no candidate bundle verified: how to build one
+    assert any(v.startswith("To deploy it: set the model's sets.deployed.calibration") for v in m.verdict)
+    rec, ts = CalibrationRecord.load(work / "quantize" / "candidate"), ThresholdSet.load(work / "thresholds" / "candidate.json")
+    for rt, state in (("onnxruntime", "verified"), ("openvino", "failed")):
+        _verification(rec, ts, {rt: state}, list(BOTH_GREEN)).save(work / "targets" / rt / "verify-candidate.json")
+    m = build_report([inputs]).models[0]
+    assert (m.decision, m.label, m.choice.excluded) == ("switch on runtime", "switch on onnxruntime", ("openvino",))
+    assert m.verdict[1].startswith("Keep the deployed model on openvino: on openvino the candidate's bundle failed verification (")
+    shipped = [v for v in m.verdict if v.startswith("To deploy it:")]
+    assert len(shipped) == 1 and "verified on onnxruntime:" in shipped[0] and "quantkit-bundle-" in shipped[0] and not m.deploy
+    assert not any("sets.deployed.calibration" in v for v in m.verdict)
+    dep, dep_ts = CalibrationRecord.load(work / "quantize" / "deployed"), ThresholdSet.load(work / "thresholds" / "deployed.json")
+    _verification(dep, dep_ts, {"onnxruntime": "verified"}, list(BOTH_GREEN)).save(work / "targets" / "onnxruntime" / "verify-candidate.json")
+    with pytest.raises(BindingMismatchError, match="verify-candidate.json: verifies a bundle of record"):
+        build_report([inputs])

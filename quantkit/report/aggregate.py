@@ -243,6 +243,27 @@ def _target_verifications(targets: Sequence[tuple[str, Path]], deployed: Calibra
     return dataclasses.replace(found[0], bundle=", ".join(v.bundle for v in found), runtimes=runtimes), missing
 
 
+def _candidate_verifications(targets: Sequence[tuple[str, Path]], cand: CalibrationRecord, thresholds: ThresholdSet
+                             ) -> DeploymentVerification | None:
+    """The candidate's bundle verified on each target runtime (``targets/<runtime>/verify-candidate.json``, the pipeline's
+    ``verify_candidate`` stage), merged into one; None where none was verified. Each is checked to verify the candidate's
+    own record and thresholds."""
+    found = [v for _, folder in targets if (path := folder / CANDIDATE_VERIFICATION).is_file()
+             and (v := _verification(path, cand, thresholds)) is not None]
+    if not found:
+        return None
+    return dataclasses.replace(found[0], runtimes=tuple(r for v in found for r in v.runtimes))
+
+
+def _verified_on(v: DeploymentVerification | None, runtimes: Sequence[str]) -> bool:
+    """Whether the candidate's bundle is verified (deployable) on one of ``runtimes``: its commands are then not needed."""
+    return v is not None and any(r.runtime in runtimes and (r.verified if r.deployable is None else r.deployable) for r in v.runtimes)
+
+
+CANDIDATE_VERIFICATION = "verify-candidate.json"
+"""The candidate bundle's verification on one target runtime, in ``targets/<runtime>/`` beside the deployed one's."""
+
+
 def _paired(frames: dict[str, Any], spec: Any, primary: Any) -> tuple[Any, ...]:
     """Candidate minus deployed of the primary metric on the same images: over every site set, then per set."""
     def one(fr: dict[str, Any]) -> PairedDifference:
@@ -308,8 +329,11 @@ def build_model_report(inputs: ModelInputs, cfg: ReportConfig) -> ModelReport:
     same = cand is not None and cand[0].fingerprint == dep_rec.fingerprint
     primary = summary.metric(summary.primary_metric)
     evidence = _paired(frames, adapter_class(summary.task).primary_metric(), primary) if cand is not None and not same else ()
+    cand_verification = None
     if inputs.targets:
         verification, unverified = _target_verifications(inputs.targets, dep_rec)
+        if cand is not None and not same:
+            cand_verification = _candidate_verifications(inputs.targets, cand[0], cand[1])
     else:
         verification, unverified = _verification(inputs.verification, dep_rec, roles["deployed"][1]), []
     fallback = _fallback(inputs.candidate) if inputs.candidate else None
@@ -327,9 +351,11 @@ def build_model_report(inputs: ModelInputs, cfg: ReportConfig) -> ModelReport:
                                  paired_sites=evidence[1:], verification=verification, with_verification=True,
                                  per_runtime=bool(inputs.targets), unverified=tuple(unverified),
                                  calibration=(cs.camera, cs.lighting) if (cs := dep_rec.calibration_set) else ("", ""),
-                                 measurements=_measurements(inputs.measurements, inputs.name), deploy_how=how)
+                                 measurements=_measurements(inputs.measurements, inputs.name), deploy_how=how,
+                                 candidate_verification=cand_verification)
     on = choice.keys or tuple(rt for rt, _ in inputs.targets)  # a switch on some runtimes verifies on those, else on every target
-    deploy = tuple(deploy_commands(inputs.name, inputs.candidate, inputs.candidate_thresholds, fallback, site_paths, on)) if from_fallback else ()  # type: ignore[arg-type]
+    deploy = tuple(deploy_commands(inputs.name, inputs.candidate, inputs.candidate_thresholds, fallback, site_paths, on)) \
+        if from_fallback and not _verified_on(cand_verification, on) else ()  # type: ignore[arg-type]
     provenance = {role: {"record": r.fingerprint, "model_digest": r.model_digest, "quantized_model_digest": r.quantized_model_digest,
                          "calibration_set": r.set_name, "calibration_set_id": r.set_id, "method": r.config.get("method"),
                          "thresholds": ts.fingerprint, "versions": r.versions} for role, (r, ts, _) in roles.items()}

@@ -218,11 +218,16 @@ def _paired(p: PairedDifference | None) -> Paired | None:
     return None if p is None else Paired(p.difference, p.ci, p.images, p.better, p.worse)
 
 
+def _state(r: Any) -> str:
+    ok = r.verified if r.deployable is None else r.deployable
+    return "not installed" if not r.installed else "deployable" if ok else "failed"
+
+
 def runtime_evidence(v: DeploymentVerification | None, unverified: Sequence[str] = (),
-                     measurements: Sequence[dict[str, Any]] = ()) -> tuple[RuntimeEvidence, ...]:
-    """Per target runtime: the deployed bundle's verification (``verify.json``) and the candidate's speed where measured
+                     measurements: Sequence[dict[str, Any]] = (), candidate: DeploymentVerification | None = None) -> tuple[RuntimeEvidence, ...]:
+    """Per target runtime: the deployed bundle's verification (``verify.json``), the candidate's speed where measured
     (``measurements``: the candidate's rows of ``reports/machine/<model>/measurements.json``; the slowest thread count
-    counts)."""
+    counts) and the candidate bundle's verification (``candidate``: ``verify-candidate.json`` per runtime)."""
     speed: dict[str, tuple[float, float | None, str]] = {}
     for r in measurements:
         if r.get("variant") != "candidate" or r.get("vs_deployed") is None:
@@ -233,21 +238,24 @@ def runtime_evidence(v: DeploymentVerification | None, unverified: Sequence[str]
             speed[rt] = (float(r["vs_deployed"]), None if vs_best is None else float(vs_best), str(r.get("best_float") or "FP32"))
     states: dict[str, tuple[str, str, str]] = {}
     for r in v.runtimes if v is not None else ():
-        ok = r.verified if r.deployable is None else r.deployable
-        state = "not installed" if not r.installed else "deployable" if ok else "failed"
+        state = _state(r)
         states[r.runtime] = (r.label or r.runtime, state, r.failures[0] if state == "failed" and r.failures else "")
     for rt in unverified:
         states[rt] = (rt, "not verified", "")
     for rt in speed:
         states.setdefault(rt, (rt, "", ""))
-    return tuple(RuntimeEvidence(rt, state, failure, *speed.get(rt, (None, None, "FP32")), key=rt) for rt, (label, state, failure) in sorted(states.items()))
+    cand = {r.runtime: (_state(r), r.failures[0] if r.failures else "") for r in (candidate.runtimes if candidate is not None else ())}
+    return tuple(RuntimeEvidence(rt, state, failure, *speed.get(rt, (None, None, "FP32")), key=rt, candidate=cand.get(rt, ("", ""))[0],
+                                 candidate_failure=cand.get(rt, ("", ""))[1] if cand.get(rt, ("", ""))[0] == "failed" else "")
+                 for rt, (label, state, failure) in sorted(states.items()))
 
 
 def decide_model(sites: Sequence[SiteReport], primary: MetricInfo, item: str, deployed_cal: str, candidate_cal: str | None, cfg: ReportConfig,
                  *, metrics: Sequence[MetricInfo], same_calibration: bool = False, paired: PairedDifference | None = None,
                  paired_sites: Sequence[PairedDifference] = (), verification: DeploymentVerification | None = None,
                  with_verification: bool = False, calibration: tuple[str, str] = ("", ""), per_runtime: bool = False,
-                 unverified: Sequence[str] = (), measurements: Sequence[dict[str, Any]] = (), deploy_how: str | None = None) -> tuple[Decision, list[str]]:
+                 unverified: Sequence[str] = (), measurements: Sequence[dict[str, Any]] = (), deploy_how: str | None = None,
+                 candidate_verification: DeploymentVerification | None = None) -> tuple[Decision, list[str]]:
     """The one decision (:func:`quantkit.decision.decide`) on this model's evidence, and its lines: the decision's reasons
     in order, then the evidence behind them (facts with sample sizes and intervals), then, only under a decision to deploy,
     how to deploy the candidate (``deploy_how``: the fallback's way; default: register its calibration set).
@@ -256,7 +264,9 @@ def decide_model(sites: Sequence[SiteReport], primary: MetricInfo, item: str, de
     ``paired`` / ``paired_sites``: candidate minus deployed over every site set / per set; ``verification``: the
     deployed bundle's ``verify.json`` when ``with_verification``; ``per_runtime`` / ``unverified``: as in
     :func:`verification_facts`; ``calibration``: the deployed calibration set's ``(camera, lighting)``;
-    ``measurements``: rows of ``measurements.json`` for this model (the candidate's speed per runtime)."""
+    ``measurements``: rows of ``measurements.json`` for this model (the candidate's speed per runtime);
+    ``candidate_verification``: the candidate's bundle verified per target runtime (a runtime where it failed is excluded
+    from a switch; under a switch, the bundle verified on its runtimes is named instead of commands that build one)."""
     has_cand = bool(candidate_cal) and not same_calibration and any(s.variant("candidate") for s in sites)
     refs, per = reference_sites(sites, calibration), {p.sites[0]: p for p in paired_sites}
     evidence = []
@@ -269,7 +279,8 @@ def decide_model(sites: Sequence[SiteReport], primary: MetricInfo, item: str, de
             cand is not None and cand.status == "green", cand.detection_change if cand else 0.0, _paired(per.get(s.name)),
             f"{failing[0].replace('_', ' ')} {failing[1]:.2f} against the labels" if failing else "", fp32_blind_words(s, refs, item, cfg),
             bool(s.drift and s.drift.changed), cause(s.drift), "" if held else advice(s, metrics, cfg).sentence, fault(s.drift)))
-    runtimes = runtime_evidence(verification if with_verification else None, unverified, measurements)
+    runtimes = runtime_evidence(verification if with_verification else None, unverified, measurements,
+                                candidate_verification if has_cand else None)
     d = decide(Evidence(short(primary), plural(item), tuple(evidence), runtimes, candidate_cal if has_cand else None,
                         _paired(paired) if has_cand else None, cfg.policy().green))
     facts = ["The candidate is the deployed calibration itself: nothing to compare."] if same_calibration else []
@@ -292,7 +303,11 @@ def decide_model(sites: Sequence[SiteReport], primary: MetricInfo, item: str, de
         changed = [f"{s.name} {100 * c.detection_change:+.0f}%" for s in sites if (c := s.variant("candidate")) and abs(c.detection_change) > cfg.max_detection_change]
         if changed:
             facts.append(f"The candidate's {plural(item)} per image vs FP32: " + ", ".join(changed) + ".")
-    if d.deploys:
+    verified = [r for r in runtimes if r.candidate == "deployable" and (not d.runtimes or r.runtime in d.runtimes)]
+    if d.deploys and verified and candidate_verification is not None:
+        facts.append(f"To deploy it: ship its bundle {candidate_verification.bundle} (sha256 {candidate_verification.bundle_sha256[:12]}), "
+                     f"verified on {' and '.join(r.runtime for r in verified)}: its decisions agree with FP32 on the site sets there.")
+    elif d.deploys:
         where = f" for {' and '.join(d.runtimes)} only" if d.runtimes else ""
         facts.append(f"To deploy it{where}: " + (deploy_how or (
             f"set the model's sets.deployed.calibration (params.yaml models.<name>.sets) to the candidate's calibration set ({candidate_cal}), "
