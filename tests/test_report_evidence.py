@@ -298,7 +298,11 @@ def test_a_switch_names_the_candidate_bundle_verified_on_each_runtime(tmp_path):
     assert m.verdict[1].startswith("Keep the deployed model on openvino: on openvino the candidate's bundle failed verification (")
     shipped = [v for v in m.verdict if v.startswith("To deploy it:")]
     assert len(shipped) == 1 and "verified on onnxruntime:" in shipped[0] and "quantkit-bundle-" in shipped[0] and not m.deploy
-    assert not any("sets.deployed.calibration" in v for v in m.verdict)
+    assert not any("sets.deployed.calibration" in v for v in m.verdict) and m.shipped
+    assert "dist/ppocr_det-candidate/quantkit-bundle-" in shipped[0]
+    from quantkit.report.render import verdict_commands
+
+    assert verdict_commands(m) == ()  # no "dvc repro" block under a bundle already verified
     dep, dep_ts = CalibrationRecord.load(work / "quantize" / "deployed"), ThresholdSet.load(work / "thresholds" / "deployed.json")
     _verification(dep, dep_ts, {"onnxruntime": "verified"}, list(BOTH_GREEN)).save(work / "targets" / "onnxruntime" / "verify-candidate.json")
     with pytest.raises(BindingMismatchError, match="verify-candidate.json: verifies a bundle of record"):

@@ -352,7 +352,7 @@ def build_model_report(inputs: ModelInputs, cfg: ReportConfig) -> ModelReport:
                                  per_runtime=bool(inputs.targets), unverified=tuple(unverified),
                                  calibration=(cs.camera, cs.lighting) if (cs := dep_rec.calibration_set) else ("", ""),
                                  measurements=_measurements(inputs.measurements, inputs.name), deploy_how=how,
-                                 candidate_verification=cand_verification)
+                                 candidate_verification=cand_verification, bundle_dir=f"dist/{inputs.name}-candidate")
     on = choice.keys or tuple(rt for rt, _ in inputs.targets)  # a switch on some runtimes verifies on those, else on every target
     deploy = tuple(deploy_commands(inputs.name, inputs.candidate, inputs.candidate_thresholds, fallback, site_paths, on)) \
         if from_fallback and not _verified_on(cand_verification, on) else ()  # type: ignore[arg-type]
@@ -363,7 +363,7 @@ def build_model_report(inputs: ModelInputs, cfg: ReportConfig) -> ModelReport:
                        tuple(lines), dep_rec.set_name, cand[0].set_name if cand else None,
                        tuple(threshold_table(roles["deployed"][1], cand[1] if cand else None)),
                        tuple(scale_moves(dep_rec, cand[0], cfg.top_tensors)) if cand and not same else (), fallback, provenance, deploy,
-                       evidence, verification, choice, _recipes(inputs.targets))
+                       evidence, verification, choice, _recipes(inputs.targets), bool(choice.deploys and _verified_on(cand_verification, on)))
 
 
 def _recipes(targets: Sequence[tuple[str, Path]]) -> tuple[dict[str, Any], ...]:

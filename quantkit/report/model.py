@@ -107,6 +107,8 @@ class ModelReport:
     recipes: tuple[dict[str, Any], ...] = ()
     """Per target runtime, how its INT8 file was chosen: the ``choice.json`` of :mod:`quantkit.quantize.recipes` (runtime,
     chosen, rule, reason, figures per recipe), in the order of params ``targets``."""
+    shipped: bool = False
+    """Under a switch: the candidate's bundle is verified on the runtimes switched to (the verdict names it; no commands)."""
 
     @property
     def label(self) -> str:

@@ -121,7 +121,7 @@ def verdict_commands(m: ModelReport) -> tuple[str, ...]:
     """The commands that carry out the verdict (shown as code blocks under it): the fallback candidate's bundle and
     verify commands, or the pipeline's for a recalibrated candidate; none unless the decision is to deploy it (switch, or
     switch on a runtime: :data:`quantkit.decision.DEPLOYS`)."""
-    if m.choice is None or not m.choice.deploys:
+    if m.choice is None or not m.choice.deploys or m.shipped:
         return ()
     return m.deploy or ("dvc repro", "dvc metrics diff")
 

@@ -255,7 +255,7 @@ def decide_model(sites: Sequence[SiteReport], primary: MetricInfo, item: str, de
                  paired_sites: Sequence[PairedDifference] = (), verification: DeploymentVerification | None = None,
                  with_verification: bool = False, calibration: tuple[str, str] = ("", ""), per_runtime: bool = False,
                  unverified: Sequence[str] = (), measurements: Sequence[dict[str, Any]] = (), deploy_how: str | None = None,
-                 candidate_verification: DeploymentVerification | None = None) -> tuple[Decision, list[str]]:
+                 candidate_verification: DeploymentVerification | None = None, bundle_dir: str = "") -> tuple[Decision, list[str]]:
     """The one decision (:func:`quantkit.decision.decide`) on this model's evidence, and its lines: the decision's reasons
     in order, then the evidence behind them (facts with sample sizes and intervals), then, only under a decision to deploy,
     how to deploy the candidate (``deploy_how``: the fallback's way; default: register its calibration set).
@@ -266,7 +266,8 @@ def decide_model(sites: Sequence[SiteReport], primary: MetricInfo, item: str, de
     :func:`verification_facts`; ``calibration``: the deployed calibration set's ``(camera, lighting)``;
     ``measurements``: rows of ``measurements.json`` for this model (the candidate's speed per runtime);
     ``candidate_verification``: the candidate's bundle verified per target runtime (a runtime where it failed is excluded
-    from a switch; under a switch, the bundle verified on its runtimes is named instead of commands that build one)."""
+    from a switch; under a switch, the bundle verified on its runtimes is named instead of commands that build one;
+    ``bundle_dir``: where that bundle lies, for the words)."""
     has_cand = bool(candidate_cal) and not same_calibration and any(s.variant("candidate") for s in sites)
     refs, per = reference_sites(sites, calibration), {p.sites[0]: p for p in paired_sites}
     evidence = []
@@ -305,7 +306,8 @@ def decide_model(sites: Sequence[SiteReport], primary: MetricInfo, item: str, de
             facts.append(f"The candidate's {plural(item)} per image vs FP32: " + ", ".join(changed) + ".")
     verified = [r for r in runtimes if r.candidate == "deployable" and (not d.runtimes or r.runtime in d.runtimes)]
     if d.deploys and verified and candidate_verification is not None:
-        facts.append(f"To deploy it: ship its bundle {candidate_verification.bundle} (sha256 {candidate_verification.bundle_sha256[:12]}), "
+        where = f"{bundle_dir.rstrip('/')}/" if bundle_dir else ""
+        facts.append(f"To deploy it: ship its bundle {where}{candidate_verification.bundle} (sha256 {candidate_verification.bundle_sha256[:12]}), "
                      f"verified on {' and '.join(r.runtime for r in verified)}: its decisions agree with FP32 on the site sets there.")
     elif d.deploys:
         where = f" for {' and '.join(d.runtimes)} only" if d.runtimes else ""
