@@ -36,8 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--model", help="name under params 'models' to score (default: params fleet.model); its task adapter "
                                    "(models.NAME.task) reads the outputs and the folders below default to work/NAME/...")
     s.add_argument("--fp32", type=Path, help="intake folder (model.onnx + export_note.json) (default work/MODEL/intake)")
-    s.add_argument("--quantized", type=Path, help="deployed quantized folder (default work/MODEL/quantize/deployed)")
-    s.add_argument("--thresholds", type=Path, help="deployed threshold set (default work/MODEL/thresholds/deployed.json)")
+    s.add_argument("--quantized", type=Path, help="deployed quantized folder (default work/models/MODEL/targets/onnxruntime/quantize, the file chosen for ONNX "
+                   "Runtime, where present; else work/models/MODEL/quantize/deployed)")
+    s.add_argument("--thresholds", type=Path, help="deployed threshold set (default: that file's thresholds.json; else work/models/MODEL/thresholds/deployed.json)")
     s.add_argument("--calibration-set", type=Path, help="deployed calibration set (freezes the histogram edges; default: the "
                    "model's deployed set, params models.MODEL.sets)")
     s.add_argument("--params", type=Path, help="params.yaml; options from 'fleet.score' (the whole 'fleet' section is checked) "
@@ -164,8 +165,11 @@ def _score(args: argparse.Namespace) -> int:
     work = Path("work/models") / model  # the pipeline's layout (dvc.yaml)
     if args.calibration_set is None:
         args.calibration_set = _deployed_calibration_set(args.params, model)
-    fp32, quantized = args.fp32 or work / "intake", args.quantized or work / "quantize" / "deployed"
-    thresholds = args.thresholds or work / "thresholds" / "deployed.json"
+    ort = work / "targets" / "onnxruntime"  # the file chosen for ONNX Runtime (the fleet runs ONNX Runtime), where the main job made one
+    dep, dep_t = (ort / "quantize", ort / "thresholds.json") if (ort / "thresholds.json").is_file() else \
+        (work / "quantize" / "deployed", work / "thresholds" / "deployed.json")
+    fp32, quantized = args.fp32 or work / "intake", args.quantized or dep
+    thresholds = args.thresholds or dep_t
     inputs = [args.manifest, fp32, quantized, thresholds, args.calibration_set, args.params]
     _check_scores_dir(args.out, inputs)
     if args.run_info is not None:

@@ -63,11 +63,15 @@ class ModelInputs:
                       measurements: Path | None = None) -> "ModelInputs":
         """The pipeline's layout under one model's work folder: ``eval/``, ``drift/``, ``quantize/{deployed,candidate}``,
         ``thresholds/{deployed,candidate}.json`` (the candidate only when present), and ``targets/<runtime>/`` per runtime of
-        ``targets`` (else one ``verify.json``)."""
+        ``targets`` (else one ``verify.json``). With an ``onnxruntime`` target, the deployed model is that target's file and
+        thresholds (``targets/onnxruntime/quantize``, ``thresholds.json``: the recipe chosen for ONNX Runtime, on which the
+        pipeline's evaluate, drift and fleet stages run it)."""
         w = Path(work)
         cand, cand_t = w / "quantize" / "candidate", w / "thresholds" / "candidate.json"
         has_cand = cand.is_dir() and cand_t.is_file()
-        return cls(w.name, w / "eval", w / "quantize" / "deployed", w / "thresholds" / "deployed.json",
+        ort = w / "targets" / ORT_TARGET  # the file ONNX Runtime runs, which evaluate, drift and the fleet judge
+        dep, dep_t = (ort / "quantize", ort / "thresholds.json") if ORT_TARGET in targets else (w / "quantize" / "deployed", w / "thresholds" / "deployed.json")
+        return cls(w.name, w / "eval", dep, dep_t,
                    cand if has_cand else None, cand_t if has_cand else None, w / "drift" if (w / "drift").is_dir() else None, site_sets,
                    None if targets else w / "verify.json", tuple((rt, w / "targets" / rt) for rt in targets), measurements)
 
@@ -259,6 +263,9 @@ def _verified_on(v: DeploymentVerification | None, runtimes: Sequence[str]) -> b
     """Whether the candidate's bundle is verified (deployable) on one of ``runtimes``: its commands are then not needed."""
     return v is not None and any(r.runtime in runtimes and (r.verified if r.deployable is None else r.deployable) for r in v.runtimes)
 
+
+ORT_TARGET = "onnxruntime"
+"""The target runtime whose file the pipeline evaluates on the site sets (evaluate, drift and the fleet run ONNX Runtime)."""
 
 CANDIDATE_VERIFICATION = "verify-candidate.json"
 """The candidate bundle's verification on one target runtime, in ``targets/<runtime>/`` beside the deployed one's."""
