@@ -42,7 +42,7 @@ def test_changed_camera_alerts_since_its_first_changed_day(scored):
     assert any("brightness fell" in r for r in cam.reasons)
     # less light within the sensor's range, further from the calibration set, but INT8 agreement held: watch, never
     # recalibrate (the shift report's words for a site set whose agreement held; quantkit.decision)
-    assert any(r.startswith("INT8 agreement with FP32") and "within" in r for r in cam.reasons)
+    assert any(r.startswith("INT8 agreement with FP32") and (" held: " in r or "as before" in r) for r in cam.reasons)
     assert any(r.startswith("images moved further from the calibration set") for r in cam.reasons)
     assert cam.action == "watch" and cam.reasons[-1].startswith("watch: the images moved away from the calibration set, but INT8 still agrees with FP32")
     assert all(c.status == "ok" for c in res.cameras if c.camera != "b02")
@@ -146,3 +146,15 @@ def test_report_renders_in_chromium(scored, tmp_path):
     snap = subprocess.run([*base, f"--user-data-dir={tmp_path / 'p2'}", f"--screenshot={shot}", "--window-size=1200,2400",
                            (tmp_path / "index.html").as_uri()], capture_output=True, text=True, timeout=120)
     assert snap.returncode == 0 and shot.stat().st_size > 10_000
+
+
+def test_a_camera_agreement_falls_by_the_shift_reports_rule():
+    """One rule with the shift report (AgreementPolicy, green line 0.9, fleet_drop 0.15): crossing the green line is a
+    fall (0.99 -> 0.88, a drop of 0.11 that the old drop-only rule called "within 0.15 of before"); a large drop that
+    stays green is not; a camera already below the line that stays there is not a change."""
+    from quantkit.decision import AgreementPolicy
+    from quantkit.fleet.check import fell
+
+    p = AgreementPolicy(green=0.9, fleet_drop=0.15)
+    assert fell(p, 0.99, 0.88) and fell(p, 0.85, 0.65) and fell(p, 0.95, 0.70)
+    assert not fell(p, 0.99, 0.91) and not fell(p, 0.86, 0.82) and not fell(p, 0.82, 0.92)

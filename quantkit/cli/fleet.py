@@ -218,7 +218,11 @@ def _check(args: argparse.Namespace) -> int:
     for path, kind, flag in ((args.out, "check", "--out"), (args.metrics, "metrics", "--metrics")):
         if path is not None:
             check_output_file(path, _kinds()[kind], inputs=inputs, flag=flag)
-    res = check_fleet(args.scores, args.calibration_set, cfg, truth=args.truth)
+    from ..config import config_from_params
+    from ..report.config import ReportConfig
+
+    policy = config_from_params(ReportConfig, args.params, "report", model=fleet.model).policy(fleet_drop=cfg.agreement_drop)
+    res = check_fleet(args.scores, args.calibration_set, cfg, truth=args.truth, policy=policy)
     if args.out:
         res.save(args.out)
     if args.metrics:

@@ -29,6 +29,7 @@ import numpy as np
 from .._io import atomic_write_json, read_json
 from ..errors import CalibrationSetError, InputFileError
 from .camera import CameraJudge, WindowCheck, clip_rate, confirm_agreement, pooled, reference_windows, window_agreement
+from ..decision import AgreementPolicy
 from ..drift.advice import ACTIONS
 from .config import FleetCheckConfig
 from .decisions import primary_label
@@ -169,7 +170,7 @@ def _tail_phrase(name: str, ref: np.ndarray, after: np.ndarray) -> str:
 
 
 def _reasons(judged: list[WindowCheck], since: int, ref: Any, after: Any, primary: dict[str, Any], cfg: FleetCheckConfig,
-             calibration_name: str, ref_span: str, trend: list[float]) -> tuple[list[str], str, float]:
+             calibration_name: str, ref_span: str, trend: list[float], policy: AgreementPolicy | None = None) -> tuple[list[str], str, float]:
     from ..drift import PLAIN_NAMES, StatisticChange
 
     alerts = [w for w in judged[since:] if w.status == "alert"]
@@ -196,9 +197,11 @@ def _reasons(judged: list[WindowCheck], since: int, ref: Any, after: Any, primar
         reasons.append(f"{'; '.join(phrases)} vs its reference ({ref_span})" + (f"; {more} more statistic{'s' if more > 1 else ''} moved" if more > 0 else ""))
     ra, aa = window_agreement(ref, primary), window_agreement(after, primary)
     label = primary_label(primary)
-    agreement_fell = ra["agreement"] is not None and aa["agreement"] is not None and ra["agreement"] - aa["agreement"] > cfg.agreement_drop
+    policy = policy or AgreementPolicy(fleet_drop=cfg.agreement_drop)
+    agreement_fell = ra["agreement"] is not None and aa["agreement"] is not None and fell(policy, ra["agreement"], aa["agreement"])
     if aa["agreement"] is not None and ra["agreement"] is not None:
-        how = "fell" if agreement_fell else f"within {cfg.agreement_drop:.2f} of before"
+        how = (f"fell below the {policy.green:.2f} line" if agreement_fell else "held" if policy.holds(aa["agreement"])
+               else f"stayed below the {policy.green:.2f} line, as before")
         reasons.append(f"INT8 agreement with FP32 ({label}) {how}: {aa['agreement']:.2f} since then vs {ra['agreement']:.2f} before "
                        f"({after.scored} vs {ref.scored} images scored)")
     if aa["det_int8_per_image"] is not None and ra["det_int8_per_image"] is not None and any("detections" in w.evidence for w in alerts):
@@ -214,9 +217,19 @@ def _reasons(judged: list[WindowCheck], since: int, ref: Any, after: Any, primar
     reasons.append(f"{found.action.badge}: {found.words}" + (f"; {found.action.fix}" if found.action.fix != "none" else ""))
     action = found.action.name
     severity = max([max((m.ratio for m in w.moved), default=0.0) for w in alerts] + [0.0])
-    if agreement_fell:
-        severity = max(severity, (ra["agreement"] - aa["agreement"]) / cfg.agreement_drop)
+    if agreement_fell:  # a camera whose INT8 decisions stopped agreeing ranks before those whose images moved alone
+        severity = max(severity, 1.0) + FELL_RANK
     return reasons, action, round(severity, 6)
+
+
+FELL_RANK = 1000.0
+"""Added to the severity of a camera whose agreement fell (:func:`fell`), so that within one action it ranks first."""
+
+
+def fell(policy: AgreementPolicy, before: float, after: float) -> bool:
+    """Whether a camera's INT8 agreement fell, by the shift report's rule (:class:`quantkit.decision.AgreementPolicy`): it
+    crossed the green line (at or above it before, below it since), or fell by more than ``fleet_drop`` to below it."""
+    return policy.fell(before, after) or (policy.holds(before) and not policy.holds(after))
 
 
 def _diagnose(ref: Any, after: Any, moved: set[str], agreement_fell: bool, further: bool, trend: list[float]) -> Any:
@@ -292,7 +305,7 @@ def _small_reference_warning(limits: dict[str, _Limits], cameras: int) -> str:
 
 
 def check_camera(store: ScoreStore, camera: str, calibration: dict[str, np.ndarray], calibration_name: str,
-                 cfg: FleetCheckConfig) -> tuple[CameraCheck, _Limits | None]:
+                 cfg: FleetCheckConfig, policy: AgreementPolicy | None = None) -> tuple[CameraCheck, _Limits | None]:
     """Judge one camera (see the module docstring); also what its windows were too small for (None: nothing)."""
     shards = store.camera_shards(camera)
     ident = shards[0][0]
@@ -319,7 +332,7 @@ def check_camera(store: ScoreStore, camera: str, calibration: dict[str, np.ndarr
         return CameraCheck(camera, ident["site"], ident["line"], "ok", None, False, "", 0.0, (), summary_ref, {}, tuple(ref_checks + later)), limits
     after = pooled([s for _, s in windows[start + since:]])
     trend = [s.quantile("brightness_mean", 0.5) for (_, s), w in zip(windows[start + since:], later[since:]) if w.status in ("ok", "alert")]
-    reasons, action, severity = _reasons(later, since, ref, after, primary, cfg, calibration_name, ref_span, trend)
+    reasons, action, severity = _reasons(later, since, ref, after, primary, cfg, calibration_name, ref_span, trend, policy)
     summary_after = {"windows": len(windows) - start - since, **window_agreement(after, primary), "clip_rate": clip_rate(after), "images": after.images}
     judged_last = [w for w in later if w.status in ("ok", "alert")]
     return CameraCheck(camera, ident["site"], ident["line"], "alert", later[since].window, bool(judged_last and judged_last[-1].status == "alert"),
@@ -351,13 +364,15 @@ def _verdict(cameras: list[CameraCheck], ranked: list[CameraCheck]) -> str:
 
 
 def check_fleet(scores: str | os.PathLike[str], calibration_set: str | os.PathLike[str], config: FleetCheckConfig | None = None,
-                *, truth: str | os.PathLike[str] | None = None) -> FleetCheck:
+                *, truth: str | os.PathLike[str] | None = None, policy: AgreementPolicy | None = None) -> FleetCheck:
     """Judge every camera of a scores folder (see the module docstring).
 
     Args:
         scores: output folder of ``quantkit fleet score``.
         calibration_set: the deployed calibration set (the one the scores' histogram edges came from).
         truth: optional planted-truth JSON (the demo fleet's) to score the alerts against.
+        policy: the model's agreement policy (its green line, ``report.min_agreement``; ``fleet_drop``); default: the
+            default green line with ``config.agreement_drop``. A camera's agreement fell by :func:`fell`.
 
     Raises:
         InputFileError: the scores folder (or truth file) is missing or malformed.
@@ -368,7 +383,7 @@ def check_fleet(scores: str | os.PathLike[str], calibration_set: str | os.PathLi
     cfg = config or FleetCheckConfig()
     store = ScoreStore(scores)
     calibration, cal_info = _calibration_counts(calibration_set, store)
-    judged = [check_camera(store, cam, calibration, cal_info["name"], cfg)
+    judged = [check_camera(store, cam, calibration, cal_info["name"], cfg, policy or AgreementPolicy(fleet_drop=cfg.agreement_drop))
               for cam in progress(sorted(store.cameras), total=len(store.cameras), desc="fleet check", unit="camera")]
     cameras = [c for c, _ in judged]
     warning = _small_reference_warning({c.camera: lim for c, lim in judged if lim is not None}, len(cameras))

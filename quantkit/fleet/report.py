@@ -20,6 +20,7 @@ from typing import Any
 
 from .._io import atomic_write_text
 from ..errors import InputFileError
+from ..report.glossary import TERMS
 from .check import CameraCheck, FleetCheck
 from .config import FleetReportConfig
 from .decisions import primary_label
@@ -116,7 +117,21 @@ def render_report(check: FleetCheck, store: ScoreStore, config: FleetReportConfi
     sections = [{"camera": c, "examples": _examples(store, c, cfg), "trend": _trend(c)} for c in ranked[:cfg.max_cameras]]
     return env.get_template("fleet_report.html.j2").render(
         check=check, ranked=ranked, sections=sections, grid=_grid(check), primary_label=primary_label(check.primary),
-        status_labels=STATUS_LABELS, models=check.scores.get("models", {}), plain=PLAIN_NAMES, actions=ACTIONS)
+        status_labels=STATUS_LABELS, models=check.scores.get("models", {}), plain=PLAIN_NAMES, actions=ACTIONS, glossary=FLEET_TERMS)
+
+
+FLEET_TERMS: tuple[tuple[str, str], ...] = (
+    *((k, v) for k, v in TERMS if k in ("FP32", "INT8", "calibration set", "agreement with FP32", "drift")),
+    ("window", "One camera's images of one period (a day here); each camera is compared window by window with its own first windows "
+               "(its reference), not with the other cameras."),
+    ("the green line", "The agreement with FP32 a site set must keep to be green in the shift report (report.min_agreement); a "
+                       "camera whose agreement falls below it is treated as the shift report treats an amber or red set."),
+    ("shadow / highlight brightness (p5, p95)", "The brightness below which the darkest 5% (above which the brightest 5%) of an "
+                                                "image's pixels lie."),
+    ("alert precision / recall (demo only)", "Of the cameras flagged, the share that carry a planted event (precision); of the "
+                                             "planted events, the share flagged (recall). Only the demo fleet has planted events."),
+)
+"""The fleet report's glossary, shown where its words first appear (the shift report's entries for the shared words)."""
 
 
 @dataclasses.dataclass(frozen=True)
