@@ -227,6 +227,9 @@ def _target_entries(path: str | Path | None) -> dict[str, dict[str, Any]] | None
         raise ConfigError(f"{p}: targets must map each target runtime to its Q/DQ placement or recipes, {example}")
     out = {}
     for runtime, entry in section.items():
+        if isinstance(entry, dict) and entry.get("recipes") == []:
+            raise ConfigError(f"{p}: targets.{runtime}.recipes is empty; list at least one recipe (ort, ort-float-decode, openvino, nncf, "
+                              "nncf:ort), or write {placement: NAME}")
         ok = isinstance(entry, dict) and len(entry) == 1 and (
             (set(entry) == {"placement"} and isinstance(entry["placement"], str))
             or (set(entry) == {"recipes"} and isinstance(entry["recipes"], list) and entry["recipes"]

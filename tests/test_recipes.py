@@ -90,7 +90,10 @@ def test_targets_take_a_placement_or_recipes(tmp_path):
     p.write_text(yaml.safe_dump({"targets": {"onnxruntime": {"recipes": ["ort", "nncf:ort"]}, "openvino": {"placement": "openvino"}}}))
     assert targets(p) == {"onnxruntime": "ort|nncf:ort", "openvino": "openvino"}
     assert target_recipes(p, "onnxruntime") == ("ort", "nncf:ort") and target_recipes(p, "openvino") == ()
-    for bad in ({"placement": "ort", "recipes": ["ort"]}, {"recipes": []}, {"recipes": "ort"}, {"recipe": ["ort"]}):
+    p.write_text(yaml.safe_dump({"targets": {"openvino": {"recipes": []}}}))
+    with pytest.raises(ConfigError, match=r"targets\.openvino\.recipes is empty; list at least one recipe"):
+        targets(p)
+    for bad in ({"placement": "ort", "recipes": ["ort"]}, {"recipes": "ort"}, {"recipe": ["ort"]}):
         p.write_text(yaml.safe_dump({"targets": {"openvino": bad}}))
         with pytest.raises(ConfigError, match=r"targets\.openvino must be \{placement: NAME\} or \{recipes: \[NAME, \.\.\.\]\}"):
             targets(p)
@@ -203,3 +206,58 @@ def test_a_deployed_nncf_record_gets_every_recipe_too(deployed):
                                    "onnxruntime", ["ort", "nncf"], agreement_metric(None), target=0.9, out=deployed["root"] / "c-nncf", repeats=3)
     by = {f["name"]: f for f in choice["figures"]}
     assert by["nncf"]["fingerprint"] == rec.fingerprint and by["ort"]["fingerprint"] != rec.fingerprint
+
+
+def test_a_recipe_nncf_cannot_build_is_left_out_and_said(deployed, monkeypatch):
+    """NNCF failing on a model (an FP16 Conv, say) costs its recipes only: the others are judged and one is chosen, and
+    choice.json says why nncf and nncf:ort are missing; where no recipe can be built, one line naming the key."""
+    import quantkit.quantize.recipes as recipes
+    from quantkit.errors import ModelError
+    from quantkit.quantize import StaticQuantConfig
+    from quantkit.quantize.fallback.metric import agreement_metric
+
+    real = recipes.build_recipe
+
+    def failing(recipe, *a, **kw):
+        if recipe.engine == "nncf":
+            raise ModelError("NNCF could not quantize the model (AttributeError: type)")
+        return real(recipe, *a, **kw)
+
+    monkeypatch.setattr(recipes, "build_recipe", failing)
+    args = (deployed["intake"], deployed["deployed"], deployed["set"], [deployed["ref"]], StaticQuantConfig(per_channel=True), "onnxruntime")
+    _, choice = recipes.choose_for_runtime(*args, ["ort", "nncf", "nncf:ort"], agreement_metric(None), target=0.9,
+                                           out=deployed["root"] / "nncf-fails", repeats=3)
+    assert [f["name"] for f in choice["figures"]] == ["ort"] and [s["recipe"] for s in choice["skipped"]] == ["nncf", "nncf:ort"]
+    assert "AttributeError: type" in choice["skipped"][1]["why"]
+    with pytest.raises(ConfigError, match=r"targets\.onnxruntime\.recipes: no recipe could be built"):
+        recipes.choose_for_runtime(*args, ["nncf:ort"], agreement_metric(None), target=0.9, out=deployed["root"] / "never3")
+
+
+def test_bad_runtime_or_reference_set_is_one_line_before_any_build(deployed, monkeypatch):
+    import quantkit.quantize.recipes as recipes
+    from quantkit.errors import InputFileError
+    from quantkit.quantize import StaticQuantConfig
+    from quantkit.quantize.fallback.metric import agreement_metric
+
+    monkeypatch.setattr(recipes, "build_recipe", lambda *a, **k: pytest.fail("built before the inputs were checked"))
+    cfg = StaticQuantConfig(per_channel=True)
+    with pytest.raises(ConfigError, match="openvnio"):
+        recipes.choose_for_runtime(deployed["intake"], deployed["deployed"], deployed["set"], [deployed["ref"]], cfg, "openvnio", ["ort"],
+                                   agreement_metric(None), target=0.9, out=deployed["root"] / "never4")
+    with pytest.raises((InputFileError, ConfigError)) as e:
+        recipes.choose_for_runtime(deployed["intake"], deployed["deployed"], deployed["set"], [deployed["root"] / "nope"], cfg, "onnxruntime",
+                                   ["ort"], agreement_metric(None), target=0.9, out=deployed["root"] / "never4")
+    assert "nope" in str(e.value)
+
+
+def test_a_killed_runs_work_folder_is_removed_by_the_next(deployed):
+    from quantkit.quantize import StaticQuantConfig
+    from quantkit.quantize.fallback.metric import agreement_metric
+    from quantkit.quantize.recipes import choose_for_runtime
+
+    out = deployed["root"] / "after-kill"
+    dead = deployed["root"] / ".after-kill.recipes-999999999-abc"  # no such process
+    (dead / "ort").mkdir(parents=True)
+    choose_for_runtime(deployed["intake"], deployed["deployed"], deployed["set"], [deployed["ref"]], StaticQuantConfig(per_channel=True),
+                       "onnxruntime", ["ort"], agreement_metric(None), target=0.9, out=out, repeats=3)
+    assert not dead.exists() and (out / "choice.json").is_file()

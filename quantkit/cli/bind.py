@@ -30,6 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--params", type=Path, help="params.yaml; options from its 'task' and 'thresholds' sections")
     add_model_flag(p, reads="with --role deployed: its deployed reference set")
     p.add_argument("--mode", choices=["keep_fp32", "fixed_far", "target_recall", "best_f1"], help="override thresholds.operating_point.mode")
+    p.add_argument("--no-floor", action="store_true", help="record the agreement without refusing below thresholds.min_agreement (the main "
+                   "job's bind of the deployed calibration's own ORT file, which no runtime runs: each runtime's chosen file is bound with "
+                   "the floor by bind_target)")
     p.add_argument("--history", type=Path, help="append-only JSON Lines history (e.g. thresholds/history-ppocr_det-deployed.jsonl)")
     p.add_argument("--out", type=Path, required=True, help="threshold set JSON to write (atomically)")
     p.add_argument("--json", action="store_true", help="print the threshold set as JSON instead of a table")
@@ -52,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
     task = config_from_params(TaskConfig, args.params, "task", model=args.model).make()
     if args.mode:
         cfg = cfg.replace(operating_point=cfg.operating_point.replace(mode=args.mode))
+    if args.no_floor:
+        cfg = cfg.replace(min_agreement=0.0)
     if not (args.fp32 / "model.onnx").is_file() or not (args.fp32 / "export_note.json").is_file():
         raise InputFileError(f"{args.fp32}: --fp32 expects the intake folder (model.onnx + export_note.json); "
                              "run 'quantkit intake MODEL --out DIR' and pass DIR")

@@ -181,9 +181,13 @@ def run_recipes(args: argparse.Namespace, recipes: tuple[str, ...]) -> int:
     from ._roles import role_path
     from .flags import task_agreement_metric
 
+    from ..runtimes import registered_runtimes
+
+    if args.target not in registered_runtimes():
+        raise ConfigError(f"{args.params}: targets.{args.target}: not a runtime; use one of {', '.join(registered_runtimes())}")
     if args.ranges_from is None:
         raise ConfigError(f"--target {args.target}: targets.{args.target}.recipes places the deployed record's ranges; pass --ranges-from "
-                          "work/models/MODEL/quantize/deployed")
+                          f"work/models/{args.model or 'MODEL'}/quantize/deployed")
     for flag in ("placement", "engine", "method", "max_images", "checkpoint", "chunk_size"):
         if getattr(args, flag) is not None:
             raise ConfigError(f"--{flag.replace('_', '-')}: targets.{args.target}.recipes names each recipe's engine and placement; drop it")

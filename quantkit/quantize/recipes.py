@@ -37,13 +37,14 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import logging
+import os
 import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, QuantkitError
 
 log = logging.getLogger(__name__)
 
@@ -187,6 +188,24 @@ def build_recipe(recipe: Recipe, intake: str | Path, ranges: Any, config: Any, c
     return quantize_with_ranges(own, intake, nncf_config.replace(engine="ort", placement=recipe.placement), out=out)
 
 
+def _remove_dead_work(out: Path) -> None:
+    """Remove the work folders a killed run left beside ``out`` (``.<out>.recipes-<pid>-*`` of a process that is gone)."""
+    for d in out.parent.glob(f".{out.name}.recipes-*"):
+        pid = d.name.split(".recipes-", 1)[1].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def measure_recipes(files: dict[str, Path], fp32: Path, refs: Any, metric: Any, runtime: str, *, threads: int = 0, repeats: int = 7,
                     timing_images: int = 4, fingerprints: dict[str, str] | None = None) -> list[RecipeFigure]:
     """Each file of ``files`` (recipe name -> ``model_int8.onnx``) judged on ``runtime`` (module docstring).
@@ -269,6 +288,10 @@ def choose_for_runtime(intake: str | Path, ranges: str | Path, calibration_set: 
         if not parsed:
             raise ConfigError(f"targets.{runtime}.recipes: every recipe needs nncf, which is not installed here; pip install 'quantkit[nncf]' "
                               "or list a placement (ort, openvino, ...)")
+    from ..runtimes.latency import runner_factory
+
+    runner_factory(runtime)  # an unknown runtime is one line now, not after the builds
+    refsets = [s if isinstance(s, CalibrationSet) else CalibrationSet.load(s, verify=True) for s in reference_sets]  # a missing set too
     rec = static_record_and_intake(ranges, intake, "placed for a target runtime", engines=("ort", "nncf"))[0]
     cs = calibration_set if isinstance(calibration_set, CalibrationSet) else CalibrationSet.load(calibration_set, verify=True)
     if rec.calibration_set is not None and rec.calibration_set.set_id != cs.set_id:
@@ -276,16 +299,30 @@ def choose_for_runtime(intake: str | Path, ranges: str | Path, calibration_set: 
                           f"{rec.calibration_set.set_id[:12]}); pass the set the record was calibrated on, or quantize again")
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.recipes-", dir=out.parent))
+    _remove_dead_work(out)
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.recipes-{os.getpid()}-", dir=out.parent))
     try:
         records: dict[str, Any] = {}
         nncf_first = sorted(parsed, key=lambda r: r.name != "nncf")  # NNCF's own file first: nncf:<placement> reuses it
         for k, r in enumerate(nncf_first, 1):
             log.info("recipe %d/%d: %s (engine %s, placement %s)", k, len(parsed), r.name, r.engine, r.placement)
+            if r.engine == "nncf" and any(x["recipe"] == "nncf" for x in skipped):
+                skipped.append({"recipe": r.name, "why": next(x["why"] for x in skipped if x["recipe"] == "nncf")})
+                continue
             own = work / "nncf" if "nncf" in records else None
-            records[r.name] = build_recipe(r, intake, ranges, config, cs, work / r.name.replace(":", "_"), nncf_file=own)
+            try:
+                records[r.name] = build_recipe(r, intake, ranges, config, cs, work / r.name.replace(":", "_"), nncf_file=own)
+            except QuantkitError as e:
+                if r.engine != "nncf":
+                    raise
+                why = f"NNCF could not quantize the model: {e}"  # another engine's limit is not this runtime's: the others still run
+                log.warning("targets.%s.recipes: %s left out: %s", runtime, r.name, why)
+                skipped.append({"recipe": r.name, "why": why})
+        parsed = [r for r in parsed if r.name in records]
+        if not parsed:
+            raise ConfigError(f"targets.{runtime}.recipes: no recipe could be built ({skipped[0]['why']}); list a placement (ort, openvino, ...)")
         model_path, _, note = load_intake(intake)
-        refs = load_references(reference_sets, note, model_path, max_images)
+        refs = load_references(refsets, note, model_path, max_images)
         same: dict[str, str] = {}  # a recipe whose file is byte-identical to an earlier one's (no decode tail: ort-float-decode = ort)
         for r in parsed:
             same.setdefault(records[r.name].quantized_model_digest, r.name)
