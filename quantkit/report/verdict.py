@@ -307,7 +307,7 @@ def decide_model(sites: Sequence[SiteReport], primary: MetricInfo, item: str, de
     verified = [r for r in runtimes if r.candidate == "deployable" and (not d.runtimes or r.runtime in d.runtimes)]
     if d.deploys and verified and candidate_verification is not None:
         where = f"{bundle_dir.rstrip('/')}/" if bundle_dir else ""
-        facts.append(f"To deploy it: ship its bundle {where}{candidate_verification.bundle} (sha256 {candidate_verification.bundle_sha256[:12]}), "
+        facts.append(f"To deploy it: ship its bundle {where}{candidate_verification.bundle} (sha256 {candidate_verification.bundle_sha256}), "
                      f"verified on {' and '.join(r.runtime for r in verified)}: its decisions agree with FP32 on the site sets there.")
     elif d.deploys:
         where = f" for {' and '.join(d.runtimes)} only" if d.runtimes else ""
