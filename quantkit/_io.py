@@ -194,6 +194,13 @@ def _temp_prefix(dest: Path) -> str:
     return f".{dest.name}.{os.getpid()}."
 
 
+def temp_dir_beside(dest: str | os.PathLike[str]) -> Path:
+    """A new empty folder ``.NAME.PID.xxxxxxxx.tmp`` beside ``dest`` (mode 0700): the name :func:`remove_dead_temps` (and so
+    :func:`atomic_output_dir`) recognizes, so a folder a killed writer left is removed by the next writer of ``dest``."""
+    d = Path(dest).absolute()
+    return Path(tempfile.mkdtemp(prefix=_temp_prefix(d), suffix=".tmp", dir=d.parent))
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -314,7 +321,7 @@ def atomic_output_dir(path: str | os.PathLike[str], *, marker: bool = True, comm
         check_output_dir(path, command, inputs=inputs, flag=flag)
         tmp: Path | None = None
         try:
-            tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(dest), suffix=".tmp", dir=dest.parent))
+            tmp = temp_dir_beside(dest)
             os.chmod(tmp, 0o777 & ~_UMASK)  # mkdtemp creates 0700; give the usual folder mode
             yield tmp
             if marker:

@@ -256,7 +256,7 @@ def test_a_killed_runs_work_folder_is_removed_by_the_next(deployed):
     from quantkit.quantize.recipes import choose_for_runtime
 
     out = deployed["root"] / "after-kill"
-    dead = deployed["root"] / ".after-kill.recipes-999999999-abc"  # no such process
+    dead = deployed["root"] / ".after-kill.999999999.abcdefgh.tmp"  # a temporary sibling of a process that is gone
     (dead / "ort").mkdir(parents=True)
     choose_for_runtime(deployed["intake"], deployed["deployed"], deployed["set"], [deployed["ref"]], StaticQuantConfig(per_channel=True),
                        "onnxruntime", ["ort"], agreement_metric(None), target=0.9, out=out, repeats=3)

@@ -37,9 +37,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import logging
-import os
 import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -126,7 +124,12 @@ class Choice:
     reason: str
 
 
-def choose(figures: Sequence[RecipeFigure], *, target: float, tolerance: float = 0.01, noise: float = 0.05) -> Choice:
+TOLERANCE = 0.01
+"""How far below the best recipe's agreement a file may be and still meet it (:func:`choose`): issue 37's "within 0.01 of
+the best engine measured in the same run"; written to choice.json beside the figures."""
+
+
+def choose(figures: Sequence[RecipeFigure], *, target: float, tolerance: float = TOLERANCE, noise: float = 0.05) -> Choice:
     """The file a runtime gets (module docstring, :data:`RULES`).
 
     Args:
@@ -188,24 +191,6 @@ def build_recipe(recipe: Recipe, intake: str | Path, ranges: Any, config: Any, c
     return quantize_with_ranges(own, intake, nncf_config.replace(engine="ort", placement=recipe.placement), out=out)
 
 
-def _remove_dead_work(out: Path) -> None:
-    """Remove the work folders a killed run left beside ``out`` (``.<out>.recipes-<pid>-*`` of a process that is gone)."""
-    for d in out.parent.glob(f".{out.name}.recipes-*"):
-        pid = d.name.split(".recipes-", 1)[1].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(d, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def measure_recipes(files: dict[str, Path], fp32: Path, refs: Any, metric: Any, runtime: str, *, threads: int = 0, repeats: int = 7,
                     timing_images: int = 4, fingerprints: dict[str, str] | None = None) -> list[RecipeFigure]:
     """Each file of ``files`` (recipe name -> ``model_int8.onnx``) judged on ``runtime`` (module docstring).
@@ -230,7 +215,7 @@ def measure_recipes(files: dict[str, Path], fp32: Path, refs: Any, metric: Any, 
     for k, (name, path) in enumerate(files.items(), 1):
         log.info("recipe %d/%d %s: agreement with FP32 on %s over %d reference images", k, len(files), name, runtime, refs.images)
         per = measure_sets(path, refs, metric, confidence=0.95, resamples=1000, seed=0, runner=lambda m: make(m, threads))
-        agreement[name] = pooled(per) if len(per) > 1 else next(iter(per.values()))
+        agreement[name] = pooled(per)
     feeds = [{refs.input_name: x} for xs in refs.feeds for x in xs][:max(1, timing_images)]
     floats = {f"float:{label}": f for label, f in FLOAT_RUNS.get(runtime, {"fp32": make}).items()}
     log.info("timing %d files and %d float runs on %s, interleaved, %d repeats", len(files), len(floats), runtime, repeats)
@@ -270,7 +255,7 @@ def choose_for_runtime(intake: str | Path, ranges: str | Path, calibration_set: 
     Raises:
         ConfigError: an unknown recipe or runtime; ``calibration_set`` is not the one ``ranges`` was calibrated on.
     """
-    from .._io import atomic_output_dir, atomic_write_json
+    from .._io import atomic_output_dir, atomic_write_json, remove_dead_temps, temp_dir_beside
     from ..artifacts.record import CalibrationRecord
     from ..calibset import CalibrationSet
     from ..runtimes.precision import cpu_label
@@ -299,8 +284,8 @@ def choose_for_runtime(intake: str | Path, ranges: str | Path, calibration_set: 
                           f"{rec.calibration_set.set_id[:12]}); pass the set the record was calibrated on, or quantize again")
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    _remove_dead_work(out)
-    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.recipes-{os.getpid()}-", dir=out.parent))
+    remove_dead_temps(out)  # what a killed run left beside out
+    work = temp_dir_beside(out)
     try:
         records: dict[str, Any] = {}
         nncf_first = sorted(parsed, key=lambda r: r.name != "nncf")  # NNCF's own file first: nncf:<placement> reuses it
@@ -327,13 +312,12 @@ def choose_for_runtime(intake: str | Path, ranges: str | Path, calibration_set: 
         for r in parsed:
             same.setdefault(records[r.name].quantized_model_digest, r.name)
         files = {r.name: work / r.name.replace(":", "_") / "model_int8.onnx" for r in parsed if same[records[r.name].quantized_model_digest] == r.name}
-        measured = {f.name: f for f in measure_recipes(files, model_path, refs, metric, runtime, threads=threads, repeats=repeats,
-                                                       fingerprints={n: rr.fingerprint for n, rr in records.items()})}
+        measured = {f.name: f for f in measure_recipes(files, model_path, refs, metric, runtime, threads=threads, repeats=repeats)}
         figures = [dataclasses.replace(measured[same[records[r.name].quantized_model_digest]], name=r.name,
                                        fingerprint=records[r.name].fingerprint) for r in parsed]
         pick = choose(figures, target=target)
         choice = {"runtime": runtime, "chosen": pick.chosen, "rule": pick.rule, "reason": pick.reason, "target": target,
-                  "tolerance": 0.01, "metric": getattr(metric, "description", "agreement"), "cpu": cpu_label(), "threads": threads,
+                  "tolerance": TOLERANCE, "metric": getattr(metric, "description", "agreement"), "cpu": cpu_label(), "threads": threads,
                   "reference_sets": [{"name": s.name, "set_id": s.set_id, "images": s.count} for s in refs.sets],
                   "calibration_set": {"name": cs.name, "set_id": cs.set_id}, "figures": [f.to_dict() for f in figures],
                   "skipped": skipped}
@@ -347,4 +331,4 @@ def choose_for_runtime(intake: str | Path, ranges: str | Path, calibration_set: 
         shutil.rmtree(work, ignore_errors=True)
 
 
-__all__ = ["CHOICE_FILE", "Choice", "Recipe", "RecipeFigure", "RULES", "build_recipe", "choose", "choose_for_runtime", "measure_recipes", "parse_recipe"]
+__all__ = ["CHOICE_FILE", "Choice", "Recipe", "RecipeFigure", "RULES", "TOLERANCE", "build_recipe", "choose", "choose_for_runtime", "measure_recipes", "parse_recipe"]
