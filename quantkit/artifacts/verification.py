@@ -57,6 +57,11 @@ class RuntimeResult(Config):
     deployable: bool | None = None
     divergence: str = ""
 
+    @property
+    def passes(self) -> bool:
+        """Whether the bundle may be deployed on this runtime: ``deployable``, or ``verified`` in files without that field."""
+        return self.verified if self.deployable is None else self.deployable
+
 
 @dataclasses.dataclass(frozen=True)
 class Verdict(Config):

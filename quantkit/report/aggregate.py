@@ -241,10 +241,15 @@ def _target_verifications(targets: Sequence[tuple[str, Path]], deployed: Calibra
         v = _verification(path, rec, ThresholdSet.load(folder / "thresholds.json"))
         if v is not None:
             found.append(v)
+    return _merged(found), missing
+
+
+def _merged(found: Sequence[DeploymentVerification]) -> DeploymentVerification | None:
+    """Verifications of one runtime each merged into one (their runtimes in order, their distinct bundles named); None for none."""
     if not found:
-        return None, missing
-    runtimes = tuple(r for v in found for r in v.runtimes)
-    return dataclasses.replace(found[0], bundle=", ".join(v.bundle for v in found), runtimes=runtimes), missing
+        return None
+    return dataclasses.replace(found[0], bundle=", ".join(dict.fromkeys(v.bundle for v in found)),
+                               runtimes=tuple(r for v in found for r in v.runtimes))
 
 
 def _candidate_verifications(targets: Sequence[tuple[str, Path]], cand: CalibrationRecord, thresholds: ThresholdSet
@@ -252,16 +257,13 @@ def _candidate_verifications(targets: Sequence[tuple[str, Path]], cand: Calibrat
     """The candidate's bundle verified on each target runtime (``targets/<runtime>/verify-candidate.json``, the pipeline's
     ``verify_candidate`` stage), merged into one; None where none was verified. Each is checked to verify the candidate's
     own record and thresholds."""
-    found = [v for _, folder in targets if (path := folder / CANDIDATE_VERIFICATION).is_file()
-             and (v := _verification(path, cand, thresholds)) is not None]
-    if not found:
-        return None
-    return dataclasses.replace(found[0], runtimes=tuple(r for v in found for r in v.runtimes))
+    return _merged([v for _, folder in targets if (path := folder / CANDIDATE_VERIFICATION).is_file()
+                    and (v := _verification(path, cand, thresholds)) is not None])
 
 
 def _verified_on(v: DeploymentVerification | None, runtimes: Sequence[str]) -> bool:
     """Whether the candidate's bundle is verified (deployable) on one of ``runtimes``: its commands are then not needed."""
-    return v is not None and any(r.runtime in runtimes and (r.verified if r.deployable is None else r.deployable) for r in v.runtimes)
+    return v is not None and any(r.runtime in runtimes and r.passes for r in v.runtimes)
 
 
 ORT_TARGET = "onnxruntime"

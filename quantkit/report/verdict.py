@@ -179,8 +179,7 @@ def verification_facts(v: DeploymentVerification | None, role: str = "deployed",
         if not r.installed:
             facts.append(f"{r.runtime} was not installed where verify ran: {bundle(r.runtime)} is not verified on it.")
             continue
-        deployable = r.verified if r.deployable is None else r.deployable
-        if not deployable:
+        if not r.passes:
             first = f" ({r.failures[0]})" if r.failures else ""
             concerns.append(f"{bundle(name)} failed verification" + ("" if per_runtime else f" on {name}") + first)
         elif not r.verified:
@@ -218,9 +217,14 @@ def _paired(p: PairedDifference | None) -> Paired | None:
     return None if p is None else Paired(p.difference, p.ci, p.images, p.better, p.worse)
 
 
-def _state(r: Any) -> str:
-    ok = r.verified if r.deployable is None else r.deployable
-    return "not installed" if not r.installed else "deployable" if ok else "failed"
+def _states(v: DeploymentVerification | None) -> dict[str, tuple[str, str]]:
+    """``{runtime: (state, first failure where it failed)}`` of a verification (none for None); state ``deployable`` |
+    ``failed`` | ``not installed``."""
+    out = {}
+    for r in v.runtimes if v is not None else ():
+        state = "not installed" if not r.installed else "deployable" if r.passes else "failed"
+        out[r.runtime] = (state, r.failures[0] if state == "failed" and r.failures else "")
+    return out
 
 
 def runtime_evidence(v: DeploymentVerification | None, unverified: Sequence[str] = (),
@@ -236,18 +240,14 @@ def runtime_evidence(v: DeploymentVerification | None, unverified: Sequence[str]
         old = speed.get(rt)
         if old is None or r["vs_deployed"] < old[0]:
             speed[rt] = (float(r["vs_deployed"]), None if vs_best is None else float(vs_best), str(r.get("best_float") or "FP32"))
-    states: dict[str, tuple[str, str, str]] = {}
-    for r in v.runtimes if v is not None else ():
-        state = _state(r)
-        states[r.runtime] = (r.label or r.runtime, state, r.failures[0] if state == "failed" and r.failures else "")
+    states = _states(v)
     for rt in unverified:
-        states[rt] = (rt, "not verified", "")
+        states[rt] = ("not verified", "")
     for rt in speed:
-        states.setdefault(rt, (rt, "", ""))
-    cand = {r.runtime: (_state(r), r.failures[0] if r.failures else "") for r in (candidate.runtimes if candidate is not None else ())}
+        states.setdefault(rt, ("", ""))
+    cand = _states(candidate)
     return tuple(RuntimeEvidence(rt, state, failure, *speed.get(rt, (None, None, "FP32")), key=rt, candidate=cand.get(rt, ("", ""))[0],
-                                 candidate_failure=cand.get(rt, ("", ""))[1] if cand.get(rt, ("", ""))[0] == "failed" else "")
-                 for rt, (label, state, failure) in sorted(states.items()))
+                                 candidate_failure=cand.get(rt, ("", ""))[1]) for rt, (state, failure) in sorted(states.items()))
 
 
 def decide_model(sites: Sequence[SiteReport], primary: MetricInfo, item: str, deployed_cal: str, candidate_cal: str | None, cfg: ReportConfig,
