@@ -60,8 +60,9 @@ class AgreementPolicy:
         return agreement >= self.green
 
     def fell(self, before: float, after: float) -> bool:
-        """Whether a camera's agreement fell: below its reference by more than ``fleet_drop`` and below the green line."""
-        return before - after > self.fleet_drop and not self.holds(after)
+        """Whether a camera's agreement fell, by the shift report's line: it crossed the green line (at or above it before,
+        below it since), or fell by more than ``fleet_drop`` to below it."""
+        return not self.holds(after) and (self.holds(before) or before - after > self.fleet_drop)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -153,8 +153,7 @@ def test_a_camera_agreement_falls_by_the_shift_reports_rule():
     fall (0.99 -> 0.88, a drop of 0.11 that the old drop-only rule called "within 0.15 of before"); a large drop that
     stays green is not; a camera already below the line that stays there is not a change."""
     from quantkit.decision import AgreementPolicy
-    from quantkit.fleet.check import fell
 
     p = AgreementPolicy(green=0.9, fleet_drop=0.15)
-    assert fell(p, 0.99, 0.88) and fell(p, 0.85, 0.65) and fell(p, 0.95, 0.70)
-    assert not fell(p, 0.99, 0.91) and not fell(p, 0.86, 0.82) and not fell(p, 0.82, 0.92)
+    assert p.fell(0.99, 0.88) and p.fell(0.85, 0.65) and p.fell(0.95, 0.70)
+    assert not p.fell(0.99, 0.91) and not p.fell(0.86, 0.82) and not p.fell(0.82, 0.92)

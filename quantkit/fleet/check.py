@@ -9,7 +9,8 @@ deployed calibration set. The action comes from the one cause -> action table
 (:func:`quantkit.drift.advice.diagnose`): a camera fault (defocus, sensor noise, exposure that collapsed or keeps
 drifting) is ``check-camera``; a change of light is ``recalibrate`` when INT8 agreement fell, else ``watch`` (the
 images moved away from the calibration set, agreement held: the same rule and words as the shift report's). Cameras are ranked by action (most urgent first, the order of
-:data:`quantkit.drift.advice.ACTIONS`), then by severity (largest effect over its threshold).
+:data:`quantkit.drift.advice.ACTIONS`), then those whose INT8 agreement fell (:meth:`quantkit.decision.AgreementPolicy.fell`)
+first, then by severity (largest effect over its threshold).
 
 The result is a :class:`FleetCheck` (``check.json``) with site and fleet rollups, a verdict line for
 quality leads and flat DVC metrics; with a planted-truth file it also scores the alerts
@@ -198,7 +199,7 @@ def _reasons(judged: list[WindowCheck], since: int, ref: Any, after: Any, primar
     ra, aa = window_agreement(ref, primary), window_agreement(after, primary)
     label = primary_label(primary)
     policy = policy or AgreementPolicy(fleet_drop=cfg.agreement_drop)
-    agreement_fell = ra["agreement"] is not None and aa["agreement"] is not None and fell(policy, ra["agreement"], aa["agreement"])
+    agreement_fell = ra["agreement"] is not None and aa["agreement"] is not None and policy.fell(ra["agreement"], aa["agreement"])
     if aa["agreement"] is not None and ra["agreement"] is not None:
         how = (f"fell below the {policy.green:.2f} line" if agreement_fell else "held" if policy.holds(aa["agreement"])
                else f"stayed below the {policy.green:.2f} line, as before")
@@ -217,19 +218,9 @@ def _reasons(judged: list[WindowCheck], since: int, ref: Any, after: Any, primar
     reasons.append(f"{found.action.badge}: {found.words}" + (f"; {found.action.fix}" if found.action.fix != "none" else ""))
     action = found.action.name
     severity = max([max((m.ratio for m in w.moved), default=0.0) for w in alerts] + [0.0])
-    if agreement_fell:  # a camera whose INT8 decisions stopped agreeing ranks before those whose images moved alone
-        severity = max(severity, 1.0) + FELL_RANK
+    if agreement_fell:
+        severity = max(severity, (ra["agreement"] - aa["agreement"]) / cfg.agreement_drop)
     return reasons, action, round(severity, 6)
-
-
-FELL_RANK = 1000.0
-"""Added to the severity of a camera whose agreement fell (:func:`fell`), so that within one action it ranks first."""
-
-
-def fell(policy: AgreementPolicy, before: float, after: float) -> bool:
-    """Whether a camera's INT8 agreement fell, by the shift report's rule (:class:`quantkit.decision.AgreementPolicy`): it
-    crossed the green line (at or above it before, below it since), or fell by more than ``fleet_drop`` to below it."""
-    return policy.fell(before, after) or (policy.holds(before) and not policy.holds(after))
 
 
 def _diagnose(ref: Any, after: Any, moved: set[str], agreement_fell: bool, further: bool, trend: list[float]) -> Any:
@@ -372,7 +363,7 @@ def check_fleet(scores: str | os.PathLike[str], calibration_set: str | os.PathLi
         calibration_set: the deployed calibration set (the one the scores' histogram edges came from).
         truth: optional planted-truth JSON (the demo fleet's) to score the alerts against.
         policy: the model's agreement policy (its green line, ``report.min_agreement``; ``fleet_drop``); default: the
-            default green line with ``config.agreement_drop``. A camera's agreement fell by :func:`fell`.
+            default green line with ``config.agreement_drop``. A camera's agreement fell by its :meth:`~AgreementPolicy.fell`.
 
     Raises:
         InputFileError: the scores folder (or truth file) is missing or malformed.
@@ -383,15 +374,21 @@ def check_fleet(scores: str | os.PathLike[str], calibration_set: str | os.PathLi
     cfg = config or FleetCheckConfig()
     store = ScoreStore(scores)
     calibration, cal_info = _calibration_counts(calibration_set, store)
-    judged = [check_camera(store, cam, calibration, cal_info["name"], cfg, policy or AgreementPolicy(fleet_drop=cfg.agreement_drop))
+    policy = policy or AgreementPolicy(fleet_drop=cfg.agreement_drop)
+    judged = [check_camera(store, cam, calibration, cal_info["name"], cfg, policy)
               for cam in progress(sorted(store.cameras), total=len(store.cameras), desc="fleet check", unit="camera")]
     cameras = [c for c, _ in judged]
     warning = _small_reference_warning({c.camera: lim for c, lim in judged if lim is not None}, len(cameras))
     if warning:
         log.warning("fleet check: %s", warning)
     urgency = {name: i for i, name in enumerate(ACTIONS)}  # most urgent action first (check camera, retrain, recalibrate, ...)
-    ranked = sorted((c for c in cameras if c.status == "alert"), key=lambda c: (urgency.get(c.action, len(urgency)), -c.severity, c.since or "",
-                                                                                 c.camera))
+
+    def held(c: CameraCheck) -> bool:  # within one action, a camera whose INT8 decisions stopped agreeing comes first
+        before, after = c.reference.get("agreement"), c.after.get("agreement")
+        return before is None or after is None or not policy.fell(before, after)
+
+    ranked = sorted((c for c in cameras if c.status == "alert"),
+                    key=lambda c: (urgency.get(c.action, len(urgency)), held(c), -c.severity, c.since or "", c.camera))
     sites, fleet = _rollups(store, cameras)
     result = FleetCheck(_verdict(cameras, ranked), bool(ranked), store.primary, tuple(cameras), tuple(c.camera for c in ranked), sites, fleet,
                         cal_info, {"path": str(store.path), "spec_fingerprint": store.summary.get("spec_fingerprint"),
