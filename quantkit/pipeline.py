@@ -16,6 +16,21 @@ from typing import Any
 from .errors import ConfigError
 
 
+ORT_TARGET = "onnxruntime"
+"""The target runtime whose file the main job judges on the site sets (evaluate, drift and the fleet run ONNX Runtime)."""
+
+
+def deployed_files(work: str | os.PathLike[str], *, chosen: bool) -> tuple[Path, Path]:
+    """``(quantize folder, threshold set)`` of a model's deployed INT8 under its work folder ``work`` (dvc.yaml's layout):
+    with ``chosen``, the file chosen for ONNX Runtime and its thresholds (``targets/onnxruntime/quantize``,
+    ``targets/onnxruntime/thresholds.json``: the recipe ONNX Runtime runs, which evaluate, drift and the fleet judge), else
+    the deployed calibration's own file (``quantize/deployed``, ``thresholds/deployed.json``)."""
+    w = Path(work)
+    if chosen:
+        return w / "targets" / ORT_TARGET / "quantize", w / "targets" / ORT_TARGET / "thresholds.json"
+    return w / "quantize" / "deployed", w / "thresholds" / "deployed.json"
+
+
 def stage_outputs(root: str | os.PathLike[str], params: Mapping[str, Any] | None = None) -> dict[Path, str]:
     """``{absolute output path: stage name}`` of every stage in ``root/dvc.yaml`` (empty when there is none).
 

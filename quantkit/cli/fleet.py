@@ -165,9 +165,10 @@ def _score(args: argparse.Namespace) -> int:
     work = Path("work/models") / model  # the pipeline's layout (dvc.yaml)
     if args.calibration_set is None:
         args.calibration_set = _deployed_calibration_set(args.params, model)
-    ort = work / "targets" / "onnxruntime"  # the file chosen for ONNX Runtime (the fleet runs ONNX Runtime), where the main job made one
-    dep, dep_t = (ort / "quantize", ort / "thresholds.json") if (ort / "thresholds.json").is_file() else \
-        (work / "quantize" / "deployed", work / "thresholds" / "deployed.json")
+    from ..pipeline import deployed_files
+
+    # the file chosen for ONNX Runtime (the fleet runs ONNX Runtime) where the main job made one
+    dep, dep_t = deployed_files(work, chosen=deployed_files(work, chosen=True)[1].is_file())
     fp32, quantized = args.fp32 or work / "intake", args.quantized or dep
     thresholds = args.thresholds or dep_t
     inputs = [args.manifest, fp32, quantized, thresholds, args.calibration_set, args.params]

@@ -22,6 +22,7 @@ from ..artifacts.evaluation import EvalSummary
 from ..artifacts.record import CalibrationRecord, scale_diff
 from ..artifacts.thresholds import ThresholdSet
 from ..errors import BindingMismatchError, InputFileError
+from ..pipeline import ORT_TARGET, deployed_files
 from ..thresholds.binding import QUANT_MODEL
 from ..thresholds.stats import bootstrap_ratio
 from .config import ReportConfig
@@ -69,8 +70,7 @@ class ModelInputs:
         w = Path(work)
         cand, cand_t = w / "quantize" / "candidate", w / "thresholds" / "candidate.json"
         has_cand = cand.is_dir() and cand_t.is_file()
-        ort = w / "targets" / ORT_TARGET  # the file ONNX Runtime runs, which evaluate, drift and the fleet judge
-        dep, dep_t = (ort / "quantize", ort / "thresholds.json") if ORT_TARGET in targets else (w / "quantize" / "deployed", w / "thresholds" / "deployed.json")
+        dep, dep_t = deployed_files(w, chosen=ORT_TARGET in targets)
         return cls(w.name, w / "eval", dep, dep_t,
                    cand if has_cand else None, cand_t if has_cand else None, w / "drift" if (w / "drift").is_dir() else None, site_sets,
                    None if targets else w / "verify.json", tuple((rt, w / "targets" / rt) for rt in targets), measurements)
@@ -265,9 +265,6 @@ def _verified_on(v: DeploymentVerification | None, runtimes: Sequence[str]) -> b
     """Whether the candidate's bundle is verified (deployable) on one of ``runtimes``: its commands are then not needed."""
     return v is not None and any(r.runtime in runtimes and r.passes for r in v.runtimes)
 
-
-ORT_TARGET = "onnxruntime"
-"""The target runtime whose file the pipeline evaluates on the site sets (evaluate, drift and the fleet run ONNX Runtime)."""
 
 CANDIDATE_VERIFICATION = "verify-candidate.json"
 """The candidate bundle's verification on one target runtime, in ``targets/<runtime>/`` beside the deployed one's."""
