@@ -173,15 +173,13 @@ def run(args: argparse.Namespace) -> int:
 def run_recipes(args: argparse.Namespace, recipes: tuple[str, ...]) -> int:
     """``--target RUNTIME`` where params ``targets.RUNTIME.recipes`` lists recipes: :func:`quantkit.quantize.recipes.choose_for_runtime`
     from the deployed record (``--ranges-from``), its calibration set and the reference set; prints the table and the choice."""
-    from ..config import config_from_params, section_for_model
+    from ..config import config_from_params
     from ..errors import ConfigError
-    from ..quantize import StaticQuantConfig
     from ..quantize.recipes import choose_for_runtime
     from ..report.config import ReportConfig
+    from ..runtimes import registered_runtimes
     from ._roles import role_path
     from .flags import task_agreement_metric
-
-    from ..runtimes import registered_runtimes
 
     if args.target not in registered_runtimes():
         raise ConfigError(f"{args.params}: targets.{args.target}: not a runtime; use one of {', '.join(registered_runtimes())}")
@@ -196,9 +194,7 @@ def run_recipes(args: argparse.Namespace, recipes: tuple[str, ...]) -> int:
     if cset is None or ref is None:
         raise ConfigError(f"--target {args.target}: the recipes need the deployed calibration and reference sets; pass --role deployed "
                           "--model NAME (or --calibration-set DIR --reference-set DIR)")
-    section, where = section_for_model(args.params, args.section, args.model)
-    section.pop("dynamic", None)
-    config = StaticQuantConfig.from_dict(section, where=f"{args.params}: {where}")
+    config = build_config(argparse.Namespace(**{**vars(args), "target": None}))  # the deployed record's section; each recipe sets engine and placement
     target = config_from_params(ReportConfig, args.params, "report", model=args.model).min_agreement
     metric = task_agreement_metric(args.params, args.model, args.intake)
     rec, choice = choose_for_runtime(args.intake, args.ranges_from, cset, [ref], config, args.target, recipes, metric,
