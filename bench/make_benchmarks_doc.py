@@ -141,6 +141,22 @@ def recipes() -> list[str]:
                     "deployed (rule)"), rows)]
 
 
+def depthwise() -> list[str]:
+    rows = []
+    for p, d in load("depthwise_*.json"):
+        for r in d["rows"]:
+            for f in r["figures"]:
+                ci = f" [{f['ci'][0]:.3f}, {f['ci'][1]:.3f}]" if f.get("ci") else ""
+                rows.append((link(p), d["cpu"], r["model"], r["runtime"], f["name"], r["pairs_made_per_tensor"] if "per-tensor" in f["name"] else 0,
+                             f"{f['agreement']:.3f}{ci}", f["images"], f"{f['vs_best_float']:.2f}x ({f['best_float']})"))
+    return ["## Per-channel scales on depthwise inputs, the one change (`bench_depthwise.py`)", "",
+            "NNCF's own file against a copy whose per-channel activation Q/DQ pairs (the inputs of depthwise convolutions) are "
+            "per-tensor over the union of the channels' ranges: the cause of our placements' loss on MobileNet-style backbones "
+            "(`quantkit compare` prints it as NARROW CHANNELS; `quantkit.quantize.depthwise`).", "",
+            *table(("result", "CPU", "model", "runtime", "file", "pairs made per-tensor", "agreement vs FP32 [95% CI]", "images",
+                    "vs best float"), rows)]
+
+
 def int8_speed() -> list[str]:
     out: list[str] = []
     for p, d in load("int8_speed_*.json"):
@@ -202,7 +218,7 @@ def fleet() -> list[str]:
 
 def other_files() -> list[str]:
     covered = {"calibration_640_", "calibration_vs_forward_", "profile_calibration_", "candidate_", "runtimes_",
-               "int8_speed_", "fallback_bisect_", "fleet", "recipes_"}
+               "int8_speed_", "fallback_bisect_", "fleet", "recipes_", "depthwise_"}
     rest = [p for p in sorted(RESULTS.iterdir()) if p.is_file() and not any(p.name.startswith(c) for c in covered)]
     if not rest:
         return []
@@ -211,7 +227,7 @@ def other_files() -> list[str]:
 
 
 SECTIONS: tuple[Callable[[], list[str]], ...] = (calibration_scaling, calibration_vs_forward, calibration_profile,
-                                                  candidate, runtimes, recipes, int8_speed, fallback, fleet, other_files)
+                                                  candidate, runtimes, recipes, depthwise, int8_speed, fallback, fleet, other_files)
 
 
 def render() -> str:

@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from ..errors import ConfigError
     from ..modelio import check_one_image_batch
     from ..quantize.compare import compare_layers, compare_outputs
+    from ..quantize.depthwise import finding_lines, narrow_channels
     from ..quantize.engine import MODEL_FILE, load_intake
     from ..quantize.outputs import collapse_lines
     from ..quantize.runtime_compare import compare_runtimes
@@ -58,13 +59,16 @@ def run(args: argparse.Namespace) -> int:
     else:
         given = {k: getattr(args, k) for k in ("max_elements", "quant_level") if getattr(args, k) is not None}
         df = compare_layers(model_path, qpath, record, reader.iter_batches(), total=n, **given)
+    findings = collapse_lines(record)
+    if not args.levels:  # what the record's grids flatten at the depthwise convolutions' inputs
+        findings += finding_lines(narrow_channels(model_path, record, reader.iter_batches(), total=n))
     rc = None
     if not args.levels and not args.no_runtimes:
         name = note.preprocessing.input_name
         rc = compare_runtimes(onnx.load(str(model_path)), onnx.load(str(qpath)), ({name: b[1]} for b in reader.iter_batches()),
                               runtimes=args.runtime, total=n)
     if args.json:
-        out = {"images": n, "tensors": json.loads(df.to_json(orient="records")), "findings": collapse_lines(record)}
+        out = {"images": n, "tensors": json.loads(df.to_json(orient="records")), "findings": findings}
         if rc is not None:
             out["runtimes"] = rc.to_dict()
         print(json.dumps(out, indent=2, sort_keys=True))
@@ -74,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     notes = df[df["note"] != ""] if "note" in df else df.iloc[0:0]
     for r in notes.itertuples(index=False):
         sys.stdout.write(f"  {r.tensor}: {r.note}\n")
-    for line in collapse_lines(record):  # the record's findings on what its outputs lost, with the fix where known
+    for line in findings:  # what its outputs and depthwise inputs lost, with the fix where known
         sys.stdout.write(line + "\n")
     if rc is not None:
         sys.stdout.write(render_runtimes(rc) + "\n")
