@@ -260,3 +260,18 @@ def test_an_input_size_that_cannot_fit_in_memory_is_refused_before_anything_runs
     check_memory(m, "m.onnx", "intake.input_size [100, 100]", memory=10**6)  # 80 kB: fits
     with pytest.raises(Exception, match=r"m\.onnx: at intake.input_size \[100, 100\] one inference needs at least 0\.0 GB"):
         check_memory(m, "m.onnx", "intake.input_size [100, 100]", memory=50_000)
+
+
+def test_a_checker_error_onnx_runtime_runs_is_printed_with_its_reason(tmp_path, capsys):
+    """A com.microsoft op ONNX Runtime runs and onnx's checker does not know: written (numeric check passed), and the
+    summary names each checker error instead of a bare FAILED (a new user's trial: the reason was only in intake.json)."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"), helper.make_node("Gelu", ["r"], ["y"], name="gelu", domain="com.microsoft")]
+    m = _model([1, 3, 32, 32], nodes, [1, 3, 32, 32], [])
+    m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    rc, out, err = _intake(tmp_path, m, "  input_size: [32, 32]\n  note_check: off\n", capsys)
+    assert rc == 0, err
+    report = json.loads((tmp_path / "out-m" / "intake.json").read_text())["validation"]
+    errors = [i for i in report["issues"] if i["severity"] == "error"]
+    assert errors and not report["ok"]
+    assert f"validation  {len(errors)} error" in out and "written all the same" in out and "FAILED" not in out
+    assert all(f"  {i['stage']}: {i['message']}" in out for i in errors)

@@ -5,6 +5,8 @@ on ONNX Runtime and OpenVINO), written all at once with its choice.json."""
 
 from __future__ import annotations
 
+import re
+
 import json
 
 import pytest
@@ -97,6 +99,19 @@ def test_targets_take_a_placement_or_recipes(tmp_path):
         p.write_text(yaml.safe_dump({"targets": {"openvino": bad}}))
         with pytest.raises(ConfigError, match=r"targets\.openvino must be \{placement: NAME\} or \{recipes: \[NAME, \.\.\.\]\}"):
             targets(p)
+
+
+def test_a_misspelt_target_runtime_or_recipe_is_named_by_params_show_and_models_check(tmp_path, run_cli):
+    """A new user's trial: ``models check`` and ``params show`` passed 'openvnio'; only the place stage refused it."""
+    p = tmp_path / "params.yaml"
+    for targets_, why in (({"openvnio": {"recipes": ["openvino"]}}, "targets.openvnio: 'openvnio' is not a runtime quantkit knows; use one of "),
+                          ({"openvino": {"recipes": ["ncnf"]}}, "targets.openvino.recipes: 'ncnf' is not a recipe")):
+        p.write_text(yaml.safe_dump({"targets": targets_}))
+        with pytest.raises(ConfigError, match=re.escape(why)):
+            targets(p)
+        for argv in (["params", "show", "--params", p, "--model", "m"], ["models", "check", "m", "--params", p]):
+            code, out, err = run_cli(argv)
+            assert code == 2 and why in err and len(err.strip().splitlines()) == 1, (argv, err)
 
 
 # --- a whole choice on a small model ------------------------------------------------------------------------------------
