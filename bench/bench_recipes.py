@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.bench_heads import MODELS as HEADS  # noqa: E402
 from bench.bench_heads import _cli, _cpu, prepare  # noqa: E402
 
-RECIPES = {"onnxruntime": ["ort", "ort-float-decode", "nncf", "nncf:ort"], "openvino": ["openvino", "nncf", "nncf:openvino"]}
+RECIPES = {"onnxruntime": ["ort", "ort-float-decode", "nncf", "nncf:ort", "fallback"], "openvino": ["openvino", "nncf", "nncf:openvino"]}
 CLS = {"dist": "rapidocr-onnxruntime", "file": "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
        "intake": {"input_size": [48, 192], "preprocessing": {"input_name": "x", "layout": "NCHW", "color_order": "BGR", "scale": 1 / 255,
                                                              "mean": [0.5], "std": [0.5], "resize_policy": "letterbox", "pad_value": 128}}}

@@ -47,8 +47,8 @@ NOT_CONFIG = {
     "targets": "``{runtime: {recipes: [NAME, ...]}}`` or ``{runtime: {placement: NAME}}``: the target runtimes of each model's "
                "deployed INT8 (dvc.yaml ``place`` .. ``verify``), one file per runtime, bound, bundled to ``dist/<model>/<runtime>/`` "
                "and verified on that runtime. ``recipes``: each built from the deployed calibration set (a placement of the deployed "
-               "record's ranges, ``nncf`` = NNCF's own file, ``nncf:<placement>`` = NNCF's ranges in that placement), judged on the "
-               "runtime (agreement on the deployed reference set, speed against its best float run) and the one chosen written with "
+               "record's ranges, ``nncf`` = NNCF's own file, ``nncf:<placement>`` = NNCF's ranges in that placement, ``fallback`` = only when none of the "
+               "others meets, the precision fallback from the most agreeing fast file), judged on the runtime (agreement on the deployed reference set, speed against its best float run) and the one chosen written with "
                "``choice.json`` (:mod:`quantkit.quantize.recipes`; `quantkit quantize --ranges-from RECORD --role deployed --model NAME "
                "--target RUNTIME`). ``placement``: that one placement of the deployed record's ranges (:mod:`quantkit.quantize.placement`); "
                "with ``quantize.engine: nncf`` ``nncf`` and ``openvino`` give NNCF's own file (:func:`quantkit.quantize.placement.target_engine`)",

@@ -5,9 +5,8 @@ on ONNX Runtime and OpenVINO), written all at once with its choice.json."""
 
 from __future__ import annotations
 
-import re
-
 import json
+import re
 
 import pytest
 import yaml
@@ -276,3 +275,67 @@ def test_a_killed_runs_work_folder_is_removed_by_the_next(deployed):
     choose_for_runtime(deployed["intake"], deployed["deployed"], deployed["set"], [deployed["ref"]], StaticQuantConfig(per_channel=True),
                        "onnxruntime", ["ort"], agreement_metric(None), target=0.9, out=out, repeats=3)
     assert not dead.exists() and (out / "choice.json").is_file()
+
+
+# --- the fallback recipe: only when no other recipe meets -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def collapsing(tmp_path_factory):
+    """The tiny detector whose ORT-placed head collapses (box F1 vs FP32 < 0.5), its deployed record and a reference set."""
+    from test_fallback_windows import make_head_detector
+
+    from quantkit.quantize import StaticQuantConfig, quantize
+
+    root = tmp_path_factory.mktemp("fallback-recipe")
+    intake, cset = make_head_detector(root / "intake"), make_set(root / "calib", 8, size=16)
+    ref = make_set(root / "ref", 6, size=16, name="ref-set", seed=7)
+    quantize(intake, StaticQuantConfig(), out=root / "deployed", calibration_set=cset)
+    return {"root": root, "intake": intake, "set": cset, "ref": ref, "deployed": root / "deployed"}
+
+
+def _faster_than_float(monkeypatch):
+    """Timings of a 16x16 model are noise: every file is taken as twice as fast as float (the agreement stays measured)."""
+    import dataclasses
+
+    from quantkit.quantize import recipes
+
+    real = recipes.measure_recipes
+    monkeypatch.setattr(recipes, "measure_recipes", lambda *a, **k: [dataclasses.replace(f, median_ms=f.best_float_ms / 2) for f in real(*a, **k)])
+
+
+def _choose(d, recipes, out):
+    from test_fallback_windows import _metric
+
+    from quantkit.quantize import StaticQuantConfig
+    from quantkit.quantize.recipes import choose_for_runtime
+
+    return choose_for_runtime(d["intake"], d["deployed"], d["set"], [d["ref"]], StaticQuantConfig(), "onnxruntime", recipes, _metric(),
+                              target=0.9, out=d["root"] / out, repeats=3)
+
+
+def test_fallback_recipe_is_built_from_the_best_fast_file_when_none_meets(collapsing, monkeypatch):
+    from quantkit.artifacts import CalibrationRecord
+
+    _faster_than_float(monkeypatch)
+    rec, choice = _choose(collapsing, ["ort", "fallback"], "with-fallback")
+    by = {f["name"]: f for f in choice["figures"]}
+    assert by["ort"]["agreement"] < 0.5 and by["fallback"]["agreement"] >= 0.9  # judged on the reference set, which the search never saw
+    fb = choice["fallback"]
+    assert fb["from"] == "ort" and fb["target"] == 0.9 and fb["search_images"] == 8 and fb["kept_in_float"] > 0 and fb["met_on_search"]
+    assert (choice["chosen"], choice["rule"]) == ("fallback", "meets") and rec.fingerprint == by["fallback"]["fingerprint"]
+    kept = CalibrationRecord.load(collapsing["root"] / "with-fallback").config["nodes_to_exclude"]
+    assert "head_concat" in kept and not [n for n in kept if n.startswith("body_")]
+
+
+def test_fallback_recipe_is_not_built_when_another_meets(collapsing, monkeypatch):
+    _faster_than_float(monkeypatch)
+    _, choice = _choose(collapsing, ["ort-float-decode", "fallback"], "no-fallback")
+    assert choice["chosen"] == "ort-float-decode" and choice["rule"] == "meets" and "fallback" not in choice
+    assert choice["skipped"] == [{"recipe": "fallback", "why": "not needed: ort-float-decode meets the target within the tolerance"}]
+
+
+def test_fallback_recipe_needs_another_to_start_from(collapsing):
+    with pytest.raises(ConfigError, match="fallback starts from another recipe's file"):
+        _choose(collapsing, ["fallback"], "never")
+    assert parse_recipe("fallback").engine == "fallback"

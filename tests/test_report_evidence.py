@@ -217,6 +217,13 @@ def test_how_each_runtimes_file_was_chosen_is_shown(tmp_path):
     assert '<td class="l">nncf</td><td>0.988<br><small>95% CI 0.985–0.989</small></td><td class="alert">0.97x</td><td class="l">yes</td>' in html
     assert '<td class="l">openvino</td><td>0.968<br><small>95% CI 0.964–0.972</small></td><td class="">1.43x</td><td class="l"></td>' in html
     assert "not built: nncf is not installed here" in html and "openvino: nncf: agreement 0.988, 1.31x the best float run." in html
+    assert "The fallback started from" not in html
+    choice.update(chosen="fallback", reason="fallback: agreement 0.978, 1.30x the best float run",
+                  fallback={"from": "nncf:ort", "target": 0.977, "search_images": 16, "kept_in_float": 76, "met_on_search": True, "on_search": 0.978})
+    (folder / "quantize" / "choice.json").write_text(json.dumps(choice))
+    html = render_html(build_report([targets]))
+    assert ("openvino: fallback: agreement 0.978, 1.30x the best float run. The fallback started from nncf:ort and kept 76 nodes in float "
+            "to reach 0.977 on 16 calibration images.") in html
 
 
 def _measured(path: Path, rows: dict[str, tuple[float, float]]) -> Path:

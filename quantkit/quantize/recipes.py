@@ -11,7 +11,14 @@ A recipe name (:func:`parse_recipe`):
 * ``<placement>`` (``ort``, ``ort-float-decode``, ``openvino``, ...): the calibrated ranges of the given record (the
   deployed one) with that Q/DQ placement (:func:`quantkit.quantize.reuse.quantize_with_ranges`);
 * ``nncf``: NNCF's own file (its range estimators, fast bias correction, its placement) from the record's calibration set;
-* ``nncf:<placement>``: NNCF's ranges with one of our placements (ORT's quantizer), so ORT gets NNCF's grids in a file it fuses.
+* ``nncf:<placement>``: NNCF's ranges with one of our placements (ORT's quantizer), so ORT gets NNCF's grids in a file it fuses;
+* ``fallback``: built only when no other recipe meets (rule 1 below): the precision fallback
+  (:func:`quantkit.quantize.fallback.precision_fallback`, its default bisection of node windows) from the most agreeing file
+  faster than float that ORT's quantizer placed, keeping the fewest nodes in float until the file agrees with FP32 within
+  the tolerance of the best recipe (and at least the target) on the calibration set's first :data:`FALLBACK_IMAGES`
+  images; it is then judged like the others on the reference images, which its search never saw. On ONNX Runtime a
+  float island costs less than NNCF's whole file, which ORT cannot fuse (the PP-OCR detector: 107 float nodes, pixel IoU
+  0.955 -> 0.978 at 1.26x FP32, where NNCF's file agreed at 0.987 and ran at 0.83x).
 
 Each file is judged on the target runtime itself, at its deployment settings (:data:`quantkit.runtimes.latency.RUNTIMES`):
 
@@ -58,10 +65,17 @@ RULES: tuple[tuple[str, str], ...] = (
 """The choice's rules, in the order :func:`choose` tries them: ``(name, what it picks)``."""
 
 
+FALLBACK = "fallback"
+"""The recipe name of the precision fallback from the best fast file (module docstring)."""
+FALLBACK_IMAGES = 16
+"""Calibration images the ``fallback`` recipe's search scores candidates on (fewer rounds of a whole set: the search's cost
+grows with images x rounds, about 20 rounds)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Recipe:
     """A parsed recipe name: ``engine`` makes the ranges (``ort``: the given record's; ``nncf``), ``placement`` places
-    the Q/DQ pairs (``nncf`` with engine ``nncf``: NNCF's own file)."""
+    the Q/DQ pairs (``nncf`` with engine ``nncf``: NNCF's own file); :data:`FALLBACK` has engine and placement ``fallback``."""
 
     name: str
     engine: str
@@ -76,14 +90,16 @@ def parse_recipe(name: str, where: str = "targets.RUNTIME.recipes") -> Recipe:
     """
     from .placement import PLACEMENTS
 
+    if name == FALLBACK:
+        return Recipe(name, FALLBACK, FALLBACK)
     engine, _, placement = name.partition(":") if ":" in name else ("nncf", "", "nncf") if name == "nncf" else ("ort", "", name)
     if engine not in ("ort", "nncf"):
-        raise ConfigError(f"{where}: {name!r}: engine {engine!r} is not known; write a placement ({', '.join(sorted(PLACEMENTS))}), nncf or "
-                          "nncf:<placement>")
+        raise ConfigError(f"{where}: {name!r}: engine {engine!r} is not known; write a placement ({', '.join(sorted(PLACEMENTS))}), nncf, "
+                          "nncf:<placement> or fallback")
     if placement not in PLACEMENTS or (engine == "ort" and PLACEMENTS[placement].engine != "ort") or (engine == "nncf" and ":" in name
                                                                                                       and placement == "nncf"):
         ours = sorted(p for p, r in PLACEMENTS.items() if r.engine == "ort")
-        raise ConfigError(f"{where}: {name!r} is not a recipe; use a placement ({', '.join(ours)}), nncf, or nncf:<placement>")
+        raise ConfigError(f"{where}: {name!r} is not a recipe; use a placement ({', '.join(ours)}), nncf, nncf:<placement> or fallback")
     return Recipe(name, engine, placement)
 
 
@@ -231,6 +247,32 @@ def measure_recipes(files: dict[str, Path], fp32: Path, refs: Any, metric: Any, 
     return out
 
 
+def _fallback_recipe(intake: str | Path, figures: list[RecipeFigure], records: dict[str, Any], work: Path, cs: Any, refs: Any, metric: Any,
+                     runtime: str, *, target: float, threads: int, repeats: int) -> tuple[tuple[RecipeFigure, dict[str, Any]] | None, str]:
+    """The ``fallback`` recipe (module docstring): written to ``work/fallback`` and measured on ``runtime``; ``(None, why)`` when
+    no file ORT's quantizer placed runs faster than float to start from."""
+    from .fallback import FallbackConfig, precision_fallback
+
+    bases = [f for f in figures if f.vs_best_float > 1.0 and records[f.name].config.get("engine", "ort") == "ort"]
+    if not bases:
+        return None, "no file placed by ORT's quantizer runs faster than float here to start a fallback from"
+    base = max(bases, key=lambda f: (f.agreement, -f.median_ms))
+    goal = round(min(1.0, max(target, max(f.agreement for f in figures) - TOLERANCE)), 6)
+    log.info("recipe fallback: from %s (agreement %.3f) to %.3f on %d images of %s", base.name, base.agreement, goal, FALLBACK_IMAGES, cs.name)
+    config = FallbackConfig(target=goal, holdout=0.0, timings=False, fail_if_missed=False, max_reference_images=FALLBACK_IMAGES)
+    result = precision_fallback(intake, config, reference_sets=[cs], out=work / FALLBACK, base=work / base.name.replace(":", "_"), metric=metric)
+    from .files import RECORD_FILE, load_intake
+    from ..artifacts.record import CalibrationRecord
+
+    records[FALLBACK] = CalibrationRecord.load(work / FALLBACK / RECORD_FILE)
+    model_path = load_intake(intake)[0]
+    fig = measure_recipes({FALLBACK: work / FALLBACK / "model_int8.onnx"}, model_path, refs, metric, runtime, threads=threads,
+                          repeats=repeats)[0]
+    return (dataclasses.replace(fig, fingerprint=records[FALLBACK].fingerprint),
+            {"from": base.name, "target": goal, "search_images": sum(s.count for s in result.reference_sets), "kept_in_float": len(result.kept),
+             "met_on_search": result.met, "on_search": round(result.metric_after, 6)}), ""
+
+
 def pooled(per_set: dict[str, tuple[float, tuple[float, float] | None]]) -> tuple[float, tuple[float, float] | None]:
     """The worst set's ``(agreement, interval)``: a file is only as good as its worst reference set."""
     return min(per_set.values(), key=lambda v: v[0])
@@ -264,6 +306,10 @@ def choose_for_runtime(intake: str | Path, ranges: str | Path, calibration_set: 
     from .reuse import static_record_and_intake
 
     parsed = [parse_recipe(r, f"targets.{runtime}.recipes") for r in dict.fromkeys(recipes)]
+    with_fallback = any(r.engine == FALLBACK for r in parsed)
+    parsed = [r for r in parsed if r.engine != FALLBACK]  # built after the others are measured, when none meets
+    if not parsed:
+        raise ConfigError(f"targets.{runtime}.recipes: fallback starts from another recipe's file; list one before it (ort, nncf:ort, ...)")
     skipped = []
     if any(r.engine == "nncf" for r in parsed) and importlib.util.find_spec("nncf") is None:
         skipped = [{"recipe": r.name, "why": "nncf is not installed here (pip install 'quantkit[nncf]')"} for r in parsed if r.engine == "nncf"]
@@ -316,11 +362,23 @@ def choose_for_runtime(intake: str | Path, ranges: str | Path, calibration_set: 
         figures = [dataclasses.replace(measured[same[records[r.name].quantized_model_digest]], name=r.name,
                                        fingerprint=records[r.name].fingerprint) for r in parsed]
         pick = choose(figures, target=target)
+        fallback = None
+        if with_fallback:
+            if pick.rule == "meets":
+                skipped.append({"recipe": FALLBACK, "why": f"not needed: {pick.chosen} meets the target within the tolerance"})
+            else:
+                fallback, why = _fallback_recipe(intake, figures, records, work, cs, refs, metric, runtime, target=target, threads=threads,
+                                                 repeats=repeats)
+                if fallback is None:
+                    skipped.append({"recipe": FALLBACK, "why": why})
+                else:
+                    figures.append(fallback[0])
+                    pick = choose(figures, target=target)
         choice = {"runtime": runtime, "chosen": pick.chosen, "rule": pick.rule, "reason": pick.reason, "target": target,
                   "tolerance": TOLERANCE, "metric": getattr(metric, "description", "agreement"), "cpu": cpu_label(), "threads": threads,
                   "reference_sets": [{"name": s.name, "set_id": s.set_id, "images": s.count} for s in refs.sets],
                   "calibration_set": {"name": cs.name, "set_id": cs.set_id}, "figures": [f.to_dict() for f in figures],
-                  "skipped": skipped}
+                  "skipped": skipped, **({"fallback": fallback[1]} if fallback else {})}
         src = work / pick.chosen.replace(":", "_")
         with atomic_output_dir(out, command="quantize", inputs=[intake, ranges]) as tmp:
             for f in ("model_int8.onnx", RECORD_FILE):
@@ -331,4 +389,4 @@ def choose_for_runtime(intake: str | Path, ranges: str | Path, calibration_set: 
         shutil.rmtree(work, ignore_errors=True)
 
 
-__all__ = ["CHOICE_FILE", "Choice", "Recipe", "RecipeFigure", "RULES", "TOLERANCE", "build_recipe", "choose", "choose_for_runtime", "measure_recipes", "parse_recipe"]
+__all__ = ["CHOICE_FILE", "FALLBACK", "FALLBACK_IMAGES", "Choice", "Recipe", "RecipeFigure", "RULES", "TOLERANCE", "build_recipe", "choose", "choose_for_runtime", "measure_recipes", "parse_recipe"]

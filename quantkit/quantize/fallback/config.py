@@ -27,8 +27,11 @@ class FallbackConfig(Config):
             get 16-bit ``TensorQuantOverrides``; on ONNX Runtime's CPU provider 16-bit QDQ runs as float
             with conversions, measured slower than FP32).
         search: ``bisect`` (task-metric bisection of contiguous windows in the node order: the shortest prefix,
-            the shortest suffix (the head) and the island between them, then pruning) or ``sqnr`` (local SQNR
-            ranking of activations, ``step`` per round); :mod:`.search`.
+            the shortest suffix (the head) and the island between them, then pruning), ``sensitivity`` (units of the graph
+            ranked by the task metric each gains when it alone is kept in float, on 8 search images; then the fewest
+            top-ranked units that meet the target, not necessarily contiguous) or ``sqnr`` (local SQNR ranking of
+            activations, ``step`` per round); :mod:`.search`. With any of them, an all-8-bit model that misses on the
+            search images but meets the target on the held-out ones is written as it is.
         pick: which candidate that meets the target on the search images is written: ``cost`` (fewest
             ``nodes + transition_cost x Q/DQ edges``) or ``latency`` (the fastest, timed interleaved with FP32 by
             ``latency``; needs ``timings``).
@@ -67,7 +70,7 @@ class FallbackConfig(Config):
 
     target: float | None = None
     strategy: Literal["float", "int16"] = "float"
-    search: Literal["bisect", "sqnr"] = "bisect"
+    search: Literal["bisect", "sensitivity", "sqnr"] = "bisect"
     pick: Literal["cost", "latency"] = "cost"
     step: int = 4
     max_kept: int | None = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import tempfile
 import time
 from collections.abc import Sequence
@@ -26,8 +27,11 @@ from .graph import check_names, islands, named_copy, nodes_of_tensors, transitio
 from .holdout import figures, measure_sets, split_references
 from .metric import Metric, agreement_metric, describe
 from .search import (
+    MAX_UNITS,
+    compute_units,
     prune_window,
     rank_sensitivity,
+    sensitivity_search,
     sqnr_search,
     window_family,
     window_rounds,
@@ -38,6 +42,8 @@ log = logging.getLogger(__name__)
 
 #: Reference images timed per latency run (cycled over the repeats).
 LATENCY_IMAGES = 4
+#: Search images (the first of each set, spread over the sets) each unit's gain is measured on by ``search: sensitivity``.
+SENSITIVITY_IMAGES = 8
 
 
 def _base(intake: Path, model: Any, model_path: Path, note: Any, digest: str, work: Path, base: str | Path | None,
@@ -100,6 +106,13 @@ def _search(config: FallbackConfig, model: Any, names: list[str], probe: Prober,
             kept, why = prune_window(names, windows[0], probe, blocks=config.prune, cost=cost)
             cands.append(Candidate(kept, why, windows[0], window_family(windows[0], len(names))))
         return cands
+    if config.search == "sensitivity":
+        per = -(-SENSITIVITY_IMAGES // max(1, len(refs.feeds)))
+        few = refs.subset([list(range(min(per, len(f)))) for f in refs.feeds])
+        gain = Prober(probe.builder, Scorer(few, probe.scorer.metric, config.target, early_stop=False), probe.units, on_round=probe.on_round)
+        gain.rounds = probe.rounds  # one list of rounds in fallback.json, numbered in the order they ran
+        found = sensitivity_search(compute_units(model, names), gain, probe)
+        return [] if found is None else [Candidate(found[0], found[1], None, "sensitivity")]
     from ..compare import compare_layers
 
     fp32_path = work / "float.onnx"
@@ -109,6 +122,21 @@ def _search(config: FallbackConfig, model: Any, names: list[str], probe: Prober,
     limit = min(48 if config.max_kept is None else config.max_kept, len(order))
     kept = sqnr_search(order, probe, step=config.step, limit=limit)
     return [] if kept is None else [Candidate(kept, {t: "among the activations whose local SQNR loss ranks highest" for t in kept}, None)]
+
+
+def _base_holds(probe: Prober, held: ReferenceData, metric: Metric, config: FallbackConfig, stats: dict[str, Any]) -> bool:
+    """The all-8-bit model (round 0) missed on the search images: does it meet the target on the held-out ones (every set)?
+    Then nothing is promoted: a handful of search images is noise (issue 37: a classifier kept 78 of 127 nodes in float
+    although its all-8-bit model met the target on the held-out images)."""
+    if not held.images:
+        return False
+    figures = measure_sets(probe.seen[()].folder / "model_int8.onnx", held, metric, **stats)
+    worst = min(v for v, _ in figures.values())
+    if worst >= config.target:
+        log.info("fallback: the all-8-bit model misses %.4f on the search images but reaches %.4f on the held-out ones; nothing promoted",
+                 config.target, worst)
+        return True
+    return False
 
 
 def _feeds(refs: ReferenceData) -> list[dict[str, Any]]:
@@ -187,15 +215,19 @@ def precision_fallback(intake: str | Path, config: FallbackConfig, *, reference_
         scorer = Scorer(search_refs, metric, config.target, early_stop=config.early_stop)
         rec = _recover(config, model, model_path, note, base_model, base_rec, qconfig, calibration_set, scorer, work)
         names = check_names(rec.model)
-        units = "nodes" if config.search == "bisect" else "tensors"
-        total = window_rounds(len(names), config.prune) if config.search == "bisect" else -(-min(48, len(names)) // config.step)
+        units = "tensors" if config.search == "sqnr" else "nodes"
+        total = (window_rounds(len(names), config.prune) if config.search == "bisect" else
+                 min(MAX_UNITS, len(names)) + 3 + math.ceil(math.log2(min(MAX_UNITS, len(names)) + 1)) if config.search == "sensitivity" else
+                 -(-min(48, len(names)) // config.step))
         bar = iter(progress(range(total + 1), total=total + 1, desc="fallback", unit="round"))
         probe = Prober(Builder(rec.model, model_path, note, rec.config, rec.record, config.strategy, work / "rounds", rec.exact), scorer,
                        units, on_round=lambda: next(bar, None))
         r0 = probe([], {}, full=True)
         if rec.steps:  # the last step's model is the one round 0 measured
             rec.steps[-1] = dataclasses.replace(rec.steps[-1], metric_after=r0.metric)
-        cands = [Candidate([], {}, None)] if r0.met else _search(config, rec.model, names, probe, search_refs, work, base_model, base_rec)
+        stats = {"confidence": config.confidence, "resamples": config.bootstrap_resamples, "seed": config.seed}
+        cands = [Candidate([], {}, None)] if r0.met or _base_holds(probe, held_refs, metric, config, stats) else \
+            _search(config, rec.model, names, probe, search_refs, work, base_model, base_rec)
         for _ in bar:
             pass
         choice = pick(cands, probe, config, model_path, _feeds(search_refs), transitions_of=lambda k: transitions(rec.model, k))
@@ -203,7 +235,6 @@ def precision_fallback(intake: str | Path, config: FallbackConfig, *, reference_
         why, window = choice.why, choice.window
         t_search = time.perf_counter() - t0
         held = held_refs if held_refs.images else search_refs  # holdout 0: the in-sample figure, labelled so
-        stats = {"confidence": config.confidence, "resamples": config.bootstrap_resamples, "seed": config.seed}
         after = measure_sets(final.folder / MODEL_FILE, held, metric, **stats)
         before = measure_sets(probe.seen[()].folder / MODEL_FILE, held, metric, **stats) if final is not probe.seen[()] else after
         worst = min(after, key=lambda k: (after[k][0], k))

@@ -21,6 +21,13 @@ the target" means; the strategies only order the candidates.
   than its float run saves).
 * :func:`sqnr_search`: promote activations in order of local sensitivity (:func:`rank_sensitivity`), ``step``
   per round, until the target is met.
+* :func:`sensitivity_search`: rank units of the graph (:func:`compute_units`: each Conv/Gemm/MatMul with the nodes that
+  follow it up to the next one, merged into at most :data:`MAX_UNITS` contiguous blocks) by the agreement lost when it
+  alone is quantized (every other node in float), measured on a few search images (one round per unit: issue 37's "the
+  agreement lost when only that node is quantized"); ties go to the later unit (the head and the post-processing before the stem); then bisect
+  the number of top-ranked units promoted, on every search image, for the fewest that meet the target (about
+  ``log2(units)`` rounds). Unlike a window, the promoted units need not be contiguous: error that enters at the
+  depthwise convolutions spread through a backbone is promoted where it enters, not as one prefix.
 """
 
 from __future__ import annotations
@@ -195,6 +202,65 @@ def rank_sensitivity(model: Any, table: Any) -> list[str]:
     return sorted(loss, key=lambda t: (-loss[t], t))
 
 
+MAX_UNITS = 32
+"""Most units :func:`sensitivity_search` measures one by one (one round each): finer units are merged into this many
+contiguous blocks of about equal node counts."""
+
+
+def compute_units(model: Any, names: Sequence[str], most: int = MAX_UNITS) -> list[list[str]]:
+    """``names`` (graph order) cut before each compute op (``Conv``, ``ConvTranspose``, ``Gemm``, ``MatMul``): each unit is
+    one compute op and what follows it up to the next (nodes before the first join the first unit); then merged into at
+    most ``most`` contiguous blocks of about equal node counts."""
+    from ..placement import COMPUTE_OPS
+
+    op = {n.name: n.op_type for n in model.graph.node}
+    units: list[list[str]] = []
+    for n in names:
+        if not units or (op.get(n) in COMPUTE_OPS and any(op.get(x) in COMPUTE_OPS for x in units[-1])):
+            units.append([n])
+        else:
+            units[-1].append(n)
+    if len(units) <= most:
+        return units
+    per = len(names) / most
+    merged: list[list[str]] = [[]]
+    done = 0
+    for u in units:
+        if merged[-1] and done + len(u) / 2 > per * len(merged):
+            merged.append([])
+        merged[-1].extend(u)
+        done += len(u)
+    return merged
+
+
+def sensitivity_search(units: Sequence[Sequence[str]], gain_probe: Probe, probe: Probe) -> tuple[list[str], dict[str, str]] | None:
+    """The fewest top-ranked units whose promotion meets the target (module docstring); None when even every unit
+    promoted misses.
+
+    Args:
+        units: node groups in graph order (:func:`compute_units`).
+        gain_probe: scores a candidate to the end on a few search images (``1 - metric`` with only a unit quantized ranks it).
+        probe: scores a candidate on every search image (its ``met`` decides).
+    """
+    if not units:
+        return None
+    every = [n for u in units for n in u]
+    loss = [1.0 - gain_probe([n for n in every if n not in set(u)], {"family": "sensitivity", "unit": i}).metric for i, u in enumerate(units)]
+    order = sorted(range(len(units)), key=lambda i: (-loss[i], -i))
+    rank = {i: r for r, i in enumerate(order)}
+
+    def kept(k: int) -> list[str]:
+        top = set(order[:k])
+        return [n for i, u in enumerate(units) if i in top for n in u]
+
+    if not probe(kept(len(units)), {"family": "sensitivity"}).met:
+        return None
+    k = _smallest(lambda x: probe(kept(x), {"family": "sensitivity"}).met, len(units))
+    why = {n: f"unit {i} ({u[0]} .. {u[-1]}): quantized alone it lost {loss[i]:.4f}, rank {rank[i] + 1} of {len(units)}; "
+              f"the top {k} units meet the target" for i, u in enumerate(units) if rank[i] < k for n in u}
+    return kept(k), why
+
+
 def sqnr_search(order: Sequence[str], probe: Probe, *, step: int, limit: int) -> list[str] | None:
     """Promote ``order[:step]``, ``order[:2 step]``, ... (at most ``limit``) until a round meets the target;
     None when none does."""
@@ -205,5 +271,5 @@ def sqnr_search(order: Sequence[str], probe: Probe, *, step: int, limit: int) ->
     return None
 
 
-__all__ = ["Cost", "Probe", "Window", "bisect_suffix", "bisect_window", "prune_window", "rank_sensitivity", "sqnr_search", "window_family",
+__all__ = ["Cost", "MAX_UNITS", "Probe", "Window", "compute_units", "sensitivity_search", "bisect_suffix", "bisect_window", "prune_window", "rank_sensitivity", "sqnr_search", "window_family",
            "window_rounds", "window_search"]
