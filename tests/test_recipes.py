@@ -35,7 +35,7 @@ def test_meets_takes_the_fastest_file_near_the_best_agreement():
 
 
 def test_meets_reads_a_latency_tie_as_a_tie_and_takes_the_better_agreement():
-    c = choose([fig("a", 0.971, 40.0), fig("b", 0.979, 41.5)], target=0.9)
+    c = choose([fig("a", 0.971, 40.0), fig("b", 0.979, 43.5)], target=0.9)  # 9 % slower: a tie (NOISE)
     assert (c.chosen, c.rule) == ("b", "meets")
     c = choose([fig("a", 0.971, 40.0), fig("b", 0.979, 45.0)], target=0.9)  # 12 % slower: not a tie
     assert c.chosen == "a"
