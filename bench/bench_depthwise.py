@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     import yaml
 
-    from bench.bench_recipes import _Decoded, reference_set
+    from bench.bench_recipes import _Decoded, print_figures, reference_set, save
     from quantkit.quantize import StaticQuantConfig, quantize
     from quantkit.tasks import make_adapter
 
@@ -109,17 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         task = yaml.safe_load((a.demo_work / "params.yaml").read_text())["models"]["ppocr_det"]["task"]
         rows.append(judge("ppocr_det (demo)", w / "intake", nncf_file, sorted(p for p in (a.demo_work / "reference_sets").iterdir() if p.is_dir()),
                           make_adapter(task["adapter"], task.get("options", {})), a.runtime, a.work / "depthwise", a.images, a.repeats))
-    print(f"CPU: {_cpu()}")
-    print("| model | runtime | file | per-channel pairs made per-tensor | agreement vs FP32 [95% CI] | images | ms | vs best float |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        for f in r["figures"]:
-            ci = f" [{f['ci'][0]:.3f}, {f['ci'][1]:.3f}]" if f["ci"] else ""
-            print(f"| {r['model']} | {r['runtime']} | {f['name']} | {r['pairs_made_per_tensor'] if 'per-tensor' in f['name'] else 0} | "
-                  f"{f['agreement']:.3f}{ci} | {f['images']} | {f['median_ms']:.1f} | {f['vs_best_float']:.2f}x ({f['best_float']}) |")
-    result = {"cpu": _cpu(), "runtime": a.runtime, "rows": rows}
-    if a.save:
-        (Path(__file__).resolve().parent / "results" / f"{a.save}.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    print_figures(rows, "file", "per-channel pairs made per-tensor", lambda r, f: r["pairs_made_per_tensor"] if "per-tensor" in f["name"] else 0)
+    save(a.save, {"cpu": _cpu(), "runtime": a.runtime, "rows": rows})
     return 0
 
 

@@ -148,18 +148,27 @@ def main(argv: list[str] | None = None) -> int:
     if a.demo_work:
         for f in sorted((a.demo_work / "work" / "models").glob("*/targets/*/quantize/choice.json")):
             rows.append({"model": f"{f.parents[3].name} (demo, main job)", **json.loads(f.read_text())})
+    print_figures(rows, "recipe", "chosen", lambda r, f: r["rule"] if f["name"] == r["chosen"] else "")
+    save(a.save, {"cpu": _cpu(), "calib": a.calib, "images": a.images, "repeats": a.repeats, "rows": rows})
+    return 0
+
+
+def print_figures(rows: list[dict[str, Any]], what: str, last: str, cell: Callable[[dict[str, Any], dict[str, Any]], Any]) -> None:
+    """The CPU, then one Markdown row per figure of each row (``RecipeFigure.to_dict``), ``cell(row, figure)`` in the last column."""
     print(f"CPU: {_cpu()}")
-    print("| model | runtime | recipe | agreement vs FP32 [95% CI] | images | ms | vs best float | chosen |")
+    print(f"| model | runtime | {what} | agreement vs FP32 [95% CI] | images | ms | vs best float | {last} |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         for f in r["figures"]:
             ci = f" [{f['ci'][0]:.3f}, {f['ci'][1]:.3f}]" if f["ci"] else ""
             print(f"| {r['model']} | {r['runtime']} | {f['name']} | {f['agreement']:.3f}{ci} | {f['images']} | {f['median_ms']:.1f} | "
-                  f"{f['vs_best_float']:.2f}x ({f['best_float']}) | {r['rule'] if f['name'] == r['chosen'] else ''} |")
-    result = {"cpu": _cpu(), "calib": a.calib, "images": a.images, "repeats": a.repeats, "rows": rows}
-    if a.save:
-        (Path(__file__).resolve().parent / "results" / f"{a.save}.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
-    return 0
+                  f"{f['vs_best_float']:.2f}x ({f['best_float']}) | {cell(r, f)} |")
+
+
+def save(name: str | None, result: dict[str, Any]) -> None:
+    """Write ``bench/results/<name>.json`` (sorted keys) when a name is given."""
+    if name:
+        (Path(__file__).resolve().parent / "results" / f"{name}.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
 
 
 if __name__ == "__main__":

@@ -224,6 +224,12 @@ def test_how_each_runtimes_file_was_chosen_is_shown(tmp_path):
     html = render_html(build_report([targets]))
     assert ("openvino: fallback: agreement 0.978, 1.30x the best float run. The fallback started from nncf:ort and kept 76 nodes in float "
             "to reach 0.977 on 16 calibration images.") in html
+    from quantkit.report.render import render_markdown
+
+    md = render_markdown(build_report([targets]))  # the engineers' table in shift_report.md too (a new user's trial)
+    assert "### How ppocr_det's INT8 file for each runtime was chosen" in md
+    assert "| openvino | nncf | 0.988 [0.985, 0.989] | 0.97x |  |" in md and "| openvino | nncf:openvino | not built: nncf is not installed here | | |" in md
+    assert "- openvino: fallback: agreement 0.978, 1.30x the best float run. The fallback started from nncf:ort" in md
 
 
 def _measured(path: Path, rows: dict[str, tuple[float, float]]) -> Path:

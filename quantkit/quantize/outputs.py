@@ -88,7 +88,8 @@ class OutputLevels:
 FLOAT_DECODE_FIX = "placement: ort-float-decode"
 #: What each known fix of a collapsed output does, in words (the record's ``collapsed_outputs[].fix``).
 FIXES = {FLOAT_DECODE_FIX: "the decode tail after the last Conv/Gemm/MatMul stays in float, so the output's channels are "
-                           "not put on one grid; box F1 vs FP32 0.000 -> 0.944 on YOLOv8n at the same ONNX Runtime speed"}
+                           "not put on one grid (on YOLOv8n DocLayNet, bench/bench_heads.py: box F1 vs FP32 0.000 -> 0.944 at the same ONNX "
+                           "Runtime speed; quantkit quantize --target measures it on this model)"}
 
 
 def collapse_fix(model: Any, tensor: str) -> str | None:

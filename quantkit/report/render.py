@@ -157,6 +157,7 @@ def render_html(report: ShiftReport) -> str:
         "glossary": glossary(report.models), "copy_js": Markup(COPY_JS),
         "fallback_html": {m.name: candidate.html(m, cfg.candidate_latency) for m in report.models if m.fallback is not None},
         "primary_only": {m.name: [x for x in m.metrics if x.name == m.primary.name] for m in report.models},
+        "choice_sentences": {m.name: [choice_sentence(c) for c in m.recipes] for m in report.models},
         "provenance": {m.name: canonical_json(m.provenance) for m in report.models},
         "versions": canonical_json(tool_versions(("quantkit", "onnx", "onnxruntime", "numpy", "pandas", "scipy", "matplotlib"), python=True)),
     }
@@ -184,8 +185,32 @@ def render_markdown(report: ShiftReport) -> str:
         for t in m.thresholds:
             lines.append(f"| {t['name']} | " + " | ".join("–" if t[k] is None else str(t[k]) for k in ("fp32", "deployed", "deployed_int", "candidate", "candidate_int")) + " |")
         lines.append("")
+        lines += _recipes_markdown(m)
         lines += candidate.markdown(m, report.config.candidate_latency)
     return "\n".join(lines)
+
+
+def _recipes_markdown(m: Any) -> list[str]:
+    """How each target runtime's INT8 file was chosen (the HTML report's engineers' fold): every recipe's agreement with its
+    interval and speed against the runtime's best float run, the one deployed and why, what was not built."""
+    if not m.recipes:
+        return []
+    lines = [f"### How {m.name}'s INT8 file for each runtime was chosen", "",
+             f"| runtime | recipe | {m.primary.label} vs FP32 [95% CI] | vs best float run | deployed |", "|---|---|---|---|---|"]
+    for c in m.recipes:
+        for f in c["figures"]:
+            ci = f" [{f['ci'][0]:.3f}, {f['ci'][1]:.3f}]" if f.get("ci") else ""
+            lines.append(f"| {c['runtime']} | {f['name']} | {f['agreement']:.3f}{ci} | {f['vs_best_float']:.2f}x | {'yes' if f['name'] == c['chosen'] else ''} |")
+        lines += [f"| {c['runtime']} | {k['recipe']} | not built: {k['why']} | | |" for k in c.get("skipped", [])]
+    return [*lines, "", *(f"- {choice_sentence(c)}" for c in m.recipes), ""]
+
+
+def choice_sentence(c: dict[str, Any]) -> str:
+    """One runtime's choice in words (``choice.json``): its reason, and where the fallback recipe was built, from what."""
+    fb = c.get("fallback")
+    extra = (f" The fallback started from {fb['from']} and kept {fb['kept_in_float']} nodes in float to reach {fb['target']:.3f} on "
+             f"{fb['search_images']} calibration images.") if fb else ""
+    return f"{c['runtime']}: {c['reason']}.{extra}"
 
 
 def plot_tables(report: ShiftReport) -> dict[str, str]:
