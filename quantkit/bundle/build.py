@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import tempfile
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -36,6 +35,7 @@ from .archive import MANIFEST_NAME, write_tar
 from .golden import activation_specs, golden_inputs, golden_runs, output_specs, to_samples
 from .manifest import BUNDLE_NAME, POINTER_NAME, SCHEMA_VERSION, BundleManifest, Tolerance
 from .typed import CalibrationRecord, ThresholdSet
+from .._io import scratch_dir
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +184,7 @@ def build_bundle(quantized: str | Path, thresholds: str | Path, fp32: str | Path
     int8_model, fp32_digest = _load_model(int8_path), sha256_file(fp32_path)
     record.check_quantized_from(fp32_path, record_path, digest=fp32_digest)  # else its export note would ship with another model
 
-    with tempfile.TemporaryDirectory(prefix="quantkit-bundle-") as stage_dir:
+    with scratch_dir("bundle") as stage_dir:
         stage = Path(stage_dir)
         files: dict[str, Path] = {}
 

@@ -19,7 +19,6 @@ machine (``quantkit measure`` keeps it beside the report).
 from __future__ import annotations
 
 import dataclasses
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -35,6 +34,7 @@ from .decisions import agreement, decide, pooled
 from .target import runtime_options
 from .typed import ThresholdSet
 from .verify import NUMERIC_KINDS, VerifyConfig, resolve_bundle, run_deployable, verify_bundle
+from .._io import scratch_dir
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,7 +87,7 @@ def verify_deployment(bundle: str | Path, fp32: str | Path, site_sets: Sequence[
     installed = set(available_runtimes())
     report = verify_bundle(path, VerifyConfig(runtimes=names, threads=cfg.threads))  # a runtime not installed fails there, as in 'quantkit verify'
     results = []
-    with tempfile.TemporaryDirectory(prefix="quantkit-deploy-") as tmp:
+    with scratch_dir("deploy") as tmp:
         ex = safe_extract(path, Path(tmp) / "b")
         from ..note import ExportNote
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import tempfile
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -31,6 +30,7 @@ from .archive import ExtractedBundle, safe_extract
 from .manifest import BUNDLE_NAME, POINTER_NAME, BundleManifest
 from .target import RuntimeRun, verify_on
 from .typed import CalibrationRecord, ThresholdSet
+from .._io import scratch_dir
 
 Status = Literal["pass", "fail", "warn", "skip"]
 
@@ -254,7 +254,7 @@ def verify_bundle(bundle: str | Path, config: VerifyConfig | None = None) -> Ver
     if cfg.target:
         resolve_target(cfg.target)
     v = _Verifier(path, cfg)
-    with tempfile.TemporaryDirectory(prefix="quantkit-verify-") as tmp:
+    with scratch_dir("verify") as tmp:
         v.run(Path(tmp), runtimes)
     return VerificationReport(str(path), tuple(v.checks), tuple(v.runs))
 

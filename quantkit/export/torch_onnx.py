@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import TorchExportConfig
+from .._io import scratch_dir
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ def export_bytes(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
     """
     import torch
 
-    with tempfile.TemporaryDirectory(prefix="quantkit-export-") as d, _stdout_to_log(), warnings.catch_warnings(record=True) as caught:
+    with scratch_dir("export") as d, _stdout_to_log(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         path = Path(d) / "model.onnx"
         torch.onnx.export(module, args, path, **kwargs)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -58,6 +57,7 @@ from .files import load_set as _load_set
 from .files import make_record as _record
 from .placement import placement_recipe, plan_placement
 from .scales import extract_scales
+from .._io import scratch_dir
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ def write_static(model: Any, model_path: Path, note: ExportNote, config: StaticQ
     if moved:
         log.info("moved %d Constant nodes to initializers before quantization", moved)
     channels: Any = ()  # a replay has no per-channel ranges (a record keeps none): its outputs are checked per tensor
-    with tempfile.TemporaryDirectory(prefix="quantkit-quantize-") as work_s:
+    with scratch_dir("quantize") as work_s:
         work = Path(work_s)
         prep_path = work / "prepared.onnx"
         onnx.save(prepared, str(prep_path))
@@ -240,7 +240,7 @@ def _dynamic(model: Any, model_path: Path, note: ExportNote, config: DynamicQuan
     prepared = type(model)()
     prepared.CopyFrom(model)
     constants_to_initializers(prepared)
-    with tempfile.TemporaryDirectory(prefix="quantkit-quantize-") as work_s:
+    with scratch_dir("quantize") as work_s:
         work = Path(work_s)
         prep_path, raw = work / "prepared.onnx", work / "quantized.onnx"
         onnx.save(prepared, str(prep_path))

@@ -44,7 +44,6 @@ import dataclasses
 import logging
 import re
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -71,6 +70,7 @@ from .files import (
     set_ref,
 )
 from .scales import qdq_scales
+from .._io import scratch_dir
 
 log = logging.getLogger(__name__)
 
@@ -231,7 +231,7 @@ def write_nncf_model(q: Any, note: ExportNote, config: StaticQuantConfig, out: P
     import onnx
 
     rewritten = activations_to_uint8(q) if config.activation_type == "uint8" else []
-    with tempfile.TemporaryDirectory(prefix="quantkit-nncf-") as work:
+    with scratch_dir("nncf") as work:
         raw = Path(work) / "quantized.onnx"
         onnx.save(q, str(raw))
         q, data = finish(raw, note, out / MODEL_FILE, config)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -59,6 +58,7 @@ from .config import FallbackConfig
 from .graph import islands, transitions
 from .metric import Metric, agreement_metric, describe
 from .run import _latency
+from ..._io import scratch_dir
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ def nncf_accuracy_control(intake: str | Path, config: FallbackConfig, quantize_c
     validation = Validation(refs, metric, ticker)
     scorer = Scorer(refs, metric, config.target, early_stop=False)
     digest = sha256_file(model_path)
-    with tempfile.TemporaryDirectory(prefix="quantkit-nncf-ac-") as work_s:
+    with scratch_dir("nncf-ac") as work_s:
         work = Path(work_s)
 
         def run(n: Any) -> Any:

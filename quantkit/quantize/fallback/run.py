@@ -5,13 +5,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..._io import atomic_output_dir, output_lock, sha256_file
+from ..._io import atomic_output_dir, output_lock, scratch_dir, sha256_file
 from ..._overwrite import check_output_dir, set_folder
 from ...artifacts.fallback import FallbackResult, KeptNode, LatencyRow
 from ...artifacts.record import CalibrationRecord
@@ -209,7 +208,7 @@ def precision_fallback(intake: str | Path, config: FallbackConfig, *, reference_
     digest = sha256_file(model_path)
     refs = load_references(reference_sets, note, model_path, config.max_reference_images)
     search_refs, held_refs = split_references(refs, config.holdout, config.seed)
-    with tempfile.TemporaryDirectory(prefix="quantkit-fallback-") as work_s:
+    with scratch_dir("fallback") as work_s:
         work = Path(work_s)
         base_model, base_rec, qconfig = _base(Path(intake), model, model_path, note, digest, work, base, quantize_config, calibration_set)
         scorer = Scorer(search_refs, metric, config.target, early_stop=config.early_stop)
