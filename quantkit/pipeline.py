@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
-from ._io import scratch_dir
 
 
 ORT_TARGET = "onnxruntime"
@@ -48,7 +48,7 @@ def stage_outputs(root: str | os.PathLike[str], params: Mapping[str, Any] | None
         return _outputs(base, base)
     import yaml
 
-    with scratch_dir("dvc") as tmp:
+    with tempfile.TemporaryDirectory(prefix="quantkit-dvc-") as tmp:
         shutil.copyfile(base / "dvc.yaml", Path(tmp) / "dvc.yaml")
         (Path(tmp) / "params.yaml").write_text(yaml.safe_dump(dict(params), sort_keys=False), encoding="utf-8")
         return _outputs(Path(tmp).resolve(), base)

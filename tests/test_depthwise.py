@@ -10,6 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from quantkit.artifacts.record import TensorScale
 from quantkit.quantize.depthwise import depthwise_inputs, finding_lines, narrow_channels
+from test_nncf_engine import needs_nncf
 from test_quantize_fixtures import make_set, write_model_intake
 
 C = 8
@@ -134,3 +135,91 @@ def test_compare_cli_prints_the_finding(tmp_path, run_cli):
     import json
 
     assert any(f.startswith("NARROW CHANNELS") for f in json.loads(out)["findings"])
+
+
+# --- the fix in our openvino placement: the depthwise input per channel ------------------------------------------------
+
+
+def test_openvino_placement_quantizes_the_depthwise_input_per_channel_from_the_records_means(tmp_path):
+    import onnxruntime as ort
+
+    from quantkit.artifacts import CalibrationRecord
+    from quantkit.calibset import CalibrationSet, CalibrationSetReader
+    from quantkit.note import ExportNote
+    from quantkit.quantize import StaticQuantConfig, quantize
+    from quantkit.quantize.reuse import quantize_with_ranges
+
+    intake = write_model_intake(_model(), tmp_path / "intake", SIZE)
+    cset = make_set(tmp_path / "set", 4, size=24)
+    quantize(intake, StaticQuantConfig(per_channel=True), out=tmp_path / "ort", calibration_set=cset)
+    rec = CalibrationRecord.load(tmp_path / "ort")
+    got = rec.calibration["depthwise_ranges"]["r"]
+    # NNCF's estimator, computed here independently: the mean over images of each image's per-channel min and max of r
+    note = ExportNote.load(intake / "export_note.json")
+    m = _model()
+    m.graph.output.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, None))
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    rs = [sess.run(["r"], {"x": x})[0][0].reshape(C, -1) for _, x in CalibrationSetReader(CalibrationSet.load(cset), note.preprocessing).iter_batches()]
+    assert np.allclose(got["lo"], np.mean([r.min(1) for r in rs], 0), rtol=1e-5, atol=1e-7)
+    assert np.allclose(got["hi"], np.mean([r.max(1) for r in rs], 0), rtol=1e-5)
+    assert [t.axis for t in rec.tensors if t.name == "r"] == [None]  # ORT's placement: one scale (QLinearConv takes one)
+
+    quantize_with_ranges(tmp_path / "ort", intake, StaticQuantConfig(per_channel=True, placement="openvino"), out=tmp_path / "ov")
+    ov = CalibrationRecord.load(tmp_path / "ov")
+    r = next(t for t in ov.tensors if t.name == "r")
+    assert r.axis == 1 and len(r.scale) == C and ov.calibration["depthwise_ranges"] == rec.calibration["depthwise_ranges"]
+    assert np.allclose(r.representable()[1], np.maximum(got["hi"], 0), rtol=1e-2)  # each channel on its own grid
+    qm = onnx.load(str(tmp_path / "ov" / "model_int8.onnx"))
+    pair = [n for n in qm.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear") and n.input[1] == "r_scale"]
+    assert len(pair) == 2 and all(helper.get_attribute_value(next(a for a in n.attribute if a.name == "axis")) == 1 for n in pair)
+    xs = [x for _, x in CalibrationSetReader(CalibrationSet.load(cset), note.preprocessing).iter_batches()]
+    assert narrow_channels(_model(), ov, xs) == [] and narrow_channels(_model(), rec, xs)  # the finding is gone where it was
+
+
+
+def test_a_pair_another_op_also_reads_keeps_one_scale():
+    from quantkit.quantize.depthwise import per_channel_inputs
+
+    m = helper.make_model(helper.make_graph(
+        [helper.make_node("QuantizeLinear", ["r", "r_scale", "r_zero_point"], ["rq"]),
+         helper.make_node("DequantizeLinear", ["rq", "r_scale", "r_zero_point"], ["rd"]),
+         helper.make_node("Conv", ["rd", "w2"], ["y"], name="depthwise", group=C), helper.make_node("Relu", ["rd"], ["z"], name="other")],
+        "shared", [helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, C, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None), helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array(0.1, np.float32), "r_scale"), numpy_helper.from_array(np.array(0, np.uint8), "r_zero_point"),
+         numpy_helper.from_array(np.ones((C, 1, 1, 1), np.float32), "w2")]), opset_imports=[helper.make_opsetid("", 13)])
+    ranges = {"r": (np.zeros(C), np.arange(1, C + 1, dtype=float))}
+    assert per_channel_inputs(m, {"r": "depthwise"}, ranges, symmetric=False) == []
+    m.graph.node.pop()  # the Relu gone: only the depthwise Conv reads the pair
+    assert per_channel_inputs(m, {"r": "depthwise"}, ranges, symmetric=False) == ["r"]
+    s = numpy_helper.to_array(next(i for i in m.graph.initializer if i.name == "r_scale"))
+    assert np.allclose(s, np.arange(1, C + 1) / 255)
+
+
+def test_output_channels_keep_per_image_means_through_a_checkpoint():
+    from quantkit.quantize.outputs import OutputChannels
+
+    oc = OutputChannels({"t": (1,)})
+    oc.fold("t", np.array([[[0.0, 1.0], [2.0, 4.0]]]))  # image 1: channel 0 in [0, 1], channel 1 in [2, 4]
+    oc.fold("t", np.array([[[-1.0, 3.0], [2.0, 2.0]]]))  # image 2: [-1, 3], [2, 2]
+    back = OutputChannels.from_arrays(oc.to_arrays())
+    for st in (oc, back):
+        (g,), (m,) = st.ranges(), st.mean_ranges()
+        assert g.lo == (-1.0, 2.0) and g.hi == (3.0, 4.0) and m.lo == (-0.5, 2.0) and m.hi == (2.0, 3.0)
+
+
+@needs_nncf
+def test_nncf_ranges_in_our_openvino_placement_keep_their_per_channel_depthwise_pairs(tmp_path):
+    """``nncf:openvino`` collapsed NNCF's per-channel depthwise pairs into one scale (PicoDet 0.669 against NNCF's 0.969)."""
+    from quantkit.artifacts import CalibrationRecord
+    from quantkit.quantize import StaticQuantConfig, quantize
+    from quantkit.quantize.reuse import quantize_with_ranges
+
+    intake = write_model_intake(_model(), tmp_path / "intake", SIZE)
+    cset = make_set(tmp_path / "set", 4, size=24)
+    quantize(intake, StaticQuantConfig(per_channel=True, engine="nncf", placement="nncf"), out=tmp_path / "nncf", calibration_set=cset)
+    own = next(t for t in CalibrationRecord.load(tmp_path / "nncf").tensors if t.name == "r")
+    assert own.axis == 1 and len(own.scale) == C  # NNCF's own file: per channel
+    quantize_with_ranges(tmp_path / "nncf", intake, StaticQuantConfig(per_channel=True, engine="ort", placement="openvino"), out=tmp_path / "ov")
+    r = next(t for t in CalibrationRecord.load(tmp_path / "ov").tensors if t.name == "r")
+    assert r.axis == 1 and np.allclose(r.representable()[1], own.representable()[1], rtol=1e-3)

@@ -15,7 +15,7 @@ from test_quantize_fixtures import make_set, write_model_intake
 
 from quantkit.errors import ConfigError
 from quantkit.paramsfile import target_recipes, targets
-from quantkit.quantize.recipes import RULES, RecipeFigure, choose, parse_recipe
+from quantkit.quantize.recipes import RULES, RecipeFigure, check_targets, choose, parse_recipe
 
 
 def fig(name: str, agreement: float, ms: float, float_ms: float = 100.0) -> RecipeFigure:
@@ -107,7 +107,7 @@ def test_a_misspelt_target_runtime_or_recipe_is_named_by_params_show_and_models_
                           ({"openvino": {"recipes": ["ncnf"]}}, "targets.openvino.recipes: 'ncnf' is not a recipe")):
         p.write_text(yaml.safe_dump({"targets": targets_}))
         with pytest.raises(ConfigError, match=re.escape(why)):
-            targets(p)
+            check_targets(p)
         for argv in (["params", "show", "--params", p, "--model", "m"], ["models", "check", "m", "--params", p]):
             code, out, err = run_cli(argv)
             assert code == 2 and why in err and len(err.strip().splitlines()) == 1, (argv, err)

@@ -86,9 +86,9 @@ def run_check(args: argparse.Namespace) -> int:
     from ..calibset.model_sets import check_model_sets
     from ..errors import ConfigError
 
-    from ..paramsfile import targets
+    from ..quantize.recipes import check_targets
 
-    targets(args.params)  # the per-runtime stages' runtimes and recipes, checked before dvc repro reaches them
+    check_targets(args.params)  # the per-runtime stages' runtimes and recipes, checked before dvc repro reaches them
     sets = check_model_sets(args.params, args.name)
     if sets is None:
         raise ConfigError(f"{args.params}: models.{args.name}.sets is missing; name the model's own set folders ('quantkit params sets')")

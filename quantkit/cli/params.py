@@ -35,9 +35,9 @@ def run(args: argparse.Namespace) -> int:
     if args.section == "show":
         if not args.model:
             raise ConfigError("quantkit params show needs --model NAME (a model under params 'models')")
-        from ..paramsfile import targets
+        from ..quantize.recipes import check_targets
 
-        targets(args.params)  # a misspelt target runtime or recipe is named here, not first at the place stage
+        check_targets(args.params)  # a misspelt target runtime or recipe is named here, not first at the place stage
         keys = effective_settings(args.params, args.model)
         if args.json:
             print(json.dumps([dataclasses.asdict(k) for k in keys], indent=2, sort_keys=True))

@@ -16,6 +16,13 @@ input scale, so a per-channel input scale cannot run as an integer kernel there:
 the flagged convolutions (and the element-wise chain feeding them) in float (``quantkit fallback``), at a speed cost
 measured per model by the target's recipe choice (:mod:`.recipes`), or to deploy for OpenVINO.
 
+Our ``openvino`` placement does as NNCF (:func:`per_channel_inputs`): calibration records every depthwise input's FP32
+range per channel with NNCF's estimator, the mean over images of each image's min and max (the record's
+``calibration.depthwise_ranges``, :func:`ranges_entry`; the global min and max gave PicoDet 0.934 box F1 against 0.962
+with NNCF's ranges in the same placement), and the placement rewrites that
+input's Q/DQ pair per channel (axis 1) where only depthwise convolutions read it; a record of NNCF's per-channel pairs
+(``nncf:openvino``) gives its own ranges (:func:`record_ranges`).
+
 :func:`narrow_channels` measures it: the FP32 model's per-channel ranges of every depthwise input over the given images,
 in steps of the scale the quantized model's record gives that tensor (:func:`quantkit.quantize.outputs.effective_levels_of`:
 a per-channel scale along axis 1 counts per channel).
@@ -140,6 +147,78 @@ def narrow_channels(fp32_model: Any, record: CalibrationRecord, batches: Iterabl
     return sorted(found, key=lambda h: (-h.share, h.conv))
 
 
+def ranges_entry(channel_ranges: Iterable[Any], tensors: Iterable[str]) -> dict[str, dict[str, list[float]]]:
+    """The record's ``calibration.depthwise_ranges``: ``{tensor: {"lo": [...], "hi": [...]}}`` (FP32 per channel of axis 1, 6
+    significant digits) of the ``channel_ranges`` (:class:`~.outputs.ChannelRange`, the calibration's per-image means,
+    :meth:`~.outputs.OutputChannels.mean_ranges`) whose tensor is in ``tensors``."""
+    keep = set(tensors)
+    return {c.tensor: {"lo": [float(f"{v:.6g}") for v in c.lo], "hi": [float(f"{v:.6g}") for v in c.hi]}
+            for c in channel_ranges if c.tensor in keep and c.axis == 1}
+
+
+def record_ranges(record: CalibrationRecord) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per-channel depthwise-input ranges a record carries: its ``calibration.depthwise_ranges`` (our calibration), else the
+    represented ranges of its per-channel activation pairs on axis 1 (NNCF's file)."""
+    got = (record.calibration or {}).get("depthwise_ranges") or {}
+    if got:
+        return {t: (np.asarray(v["lo"], np.float64), np.asarray(v["hi"], np.float64)) for t, v in got.items()}
+    return {t.name: t.representable() for t in record.tensors if t.role == "activation" and t.axis == 1 and len(t.scale) > 1}
+
+
+def per_channel_inputs(model: Any, dw: dict[str, str], ranges: dict[str, tuple[Any, Any]], *, symmetric: bool) -> list[str]:
+    """Rewrite, in ``model`` (a QDQ ``onnx.ModelProto`` ORT's quantizer wrote), the Q/DQ pair of each depthwise input of
+    ``dw`` (``{tensor: Conv name}``, :func:`depthwise_inputs` of the float model) that ``ranges`` gives per channel: its
+    scale and zero point become one per channel (axis 1) of the FP32 range ``[min(lo, 0), max(hi, 0)]``, as int8
+    (symmetric: zero point 0) whatever the pair's type was, as NNCF writes them: a per-channel uint8 pair right after a
+    Conv is fused by ONNX Runtime 1.32 into a ``QLinearConv`` whose per-channel output zero point it then refuses at run
+    time (:mod:`.nncf_engine`). Only where every reader of the pair is that depthwise Conv (a pair shared with another
+    reader keeps one scale) and the model's opset is 13 or more (``axis``).
+
+    Returns:
+        the tensors rewritten (sorted).
+    """
+    from onnx import helper, numpy_helper
+
+    if max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0) < 13:
+        return []
+    inits = {i.name: i for i in model.graph.initializer}
+    readers: dict[str, list[Any]] = {}
+    for n in model.graph.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
+    done = []
+    for t, (lo, hi) in sorted(ranges.items()):
+        qs = [n for n in readers.get(t, []) if n.op_type == "QuantizeLinear"]
+        if t not in dw or len(qs) != 1 or len(qs[0].input) < 3 or qs[0].input[1] not in inits or qs[0].input[2] not in inits:
+            continue
+        q = qs[0]
+        dqs = readers.get(q.output[0], [])
+        ok = dqs and all(d.op_type == "DequantizeLinear" and d.input[1:3] == q.input[1:3] for d in dqs) and all(
+            r.op_type == "Conv" and r.name == dw[t] and r.input[0] == d.output[0] for d in dqs for r in readers.get(d.output[0], []))
+        shared = [n for n in readers.get(q.input[1], []) if n is not q and n not in dqs]
+        if not ok or shared:
+            continue
+        info = np.iinfo(np.int8)
+        lo, hi = np.minimum(np.asarray(lo, np.float64), 0.0), np.maximum(np.asarray(hi, np.float64), 0.0)
+        if symmetric:
+            scale = np.maximum(np.maximum(-lo, hi) * 2 / (int(info.max) - int(info.min)), 1e-12)
+            zp = np.zeros(scale.shape)
+        else:
+            scale = np.maximum((hi - lo) / (int(info.max) - int(info.min)), 1e-12)
+            zp = np.clip(np.round(info.min - lo / scale), info.min, info.max)
+        for name, arr in ((q.input[1], scale.astype(np.float32)), (q.input[2], zp.astype(np.int8))):
+            inits[name].CopyFrom(numpy_helper.from_array(arr, name))
+        stale = [v for v in model.graph.value_info if v.name == q.output[0]]  # the uint8 type ORT's quantizer wrote for it
+        for v in stale:
+            model.graph.value_info.remove(v)
+        for node in (q, *dqs):
+            for a in [a for a in node.attribute if a.name == "axis"]:
+                node.attribute.remove(a)
+            node.attribute.append(helper.make_attribute("axis", 1))
+        done.append(t)
+    return done
+
+
 def finding_lines(found: list[NarrowChannels], top: int = 6) -> list[str]:
     """What ``quantkit compare`` prints: one line per flagged depthwise input (the ``top`` worst), then the fix."""
     if not found:
@@ -151,4 +230,5 @@ def finding_lines(found: list[NarrowChannels], top: int = 6) -> list[str]:
     return lines
 
 
-__all__ = ["FIX", "LIVE", "NARROW_SHARE", "NarrowChannels", "depthwise_inputs", "finding_lines", "narrow_channels"]
+__all__ = ["FIX", "LIVE", "NARROW_SHARE", "NarrowChannels", "depthwise_inputs", "finding_lines", "narrow_channels", "per_channel_inputs",
+           "ranges_entry", "record_ranges"]

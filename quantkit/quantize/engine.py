@@ -40,7 +40,7 @@ from ..errors import (
 )
 from ..modelio import opset_of
 from ..note import ExportNote
-from . import ort_bridge, outputs
+from . import depthwise, ort_bridge, outputs
 from .calibration.calibrate import CalibrationRun, collect_ranges
 from .calibration.checkpoint import CheckpointKey
 from .config import DynamicQuantConfig, StaticQuantConfig
@@ -86,13 +86,16 @@ class RangeSource:
     """Where :func:`write_static` takes its ranges from: calibrated on ``calibration_set`` (resumable at ``checkpoint``),
     with ``fixed`` ``{tensor: (min, max)}`` replacing the calibrated range of those tensors (another engine's ranges,
     :func:`.reuse.quantize_with_ranges`); or ``record``'s calibrated ranges (no images), with every activation's
-    scale and zero point too when ``replay_scales`` (``quantkit record replay``)."""
+    scale and zero point too when ``replay_scales`` (``quantkit record replay``). ``depthwise``: per-channel ranges of
+    depthwise inputs ``{tensor: (lo, hi)}`` that replace the calibrated ones (another engine's per-channel pairs,
+    :func:`.depthwise.record_ranges`), for a placement that quantizes them per channel."""
 
     calibration_set: Any = None
     checkpoint: Path | None = None
     record: CalibrationRecord | None = None
     replay_scales: bool = True
     fixed: Mapping[str, tuple[float, float]] | None = None
+    depthwise: Mapping[str, tuple[Any, Any]] | None = None
 
 
 def write_static(model: Any, model_path: Path, note: ExportNote, config: StaticQuantConfig, source: RangeSource, out: Path,
@@ -129,6 +132,7 @@ def write_static(model: Any, model_path: Path, note: ExportNote, config: StaticQ
         prep_path = work / "prepared.onnx"
         onnx.save(prepared, str(prep_path))
         overrides: dict[str, list[dict[str, Any]]] = {}
+        dw = depthwise.depthwise_inputs(prepared)
         if record is None:
             ranges, calib, channels, excluded = _calibrate(prep_path, prepared, cset, note, config, work, op_types, excluded, checkpoint, model_digest)
             if fixed:
@@ -142,12 +146,22 @@ def write_static(model: Any, model_path: Path, note: ExportNote, config: StaticQ
             for k in ("float_nodes", "variable_shape", "outputs_pinned"):  # what the recorded run decided, and why
                 if record.calibration.get(k):
                     calib[k] = list(record.calibration[k])
+            if record.calibration.get("depthwise_ranges"):
+                calib["depthwise_ranges"] = dict(record.calibration["depthwise_ranges"])
             excluded = excluded + [n for n in calib.get("float_nodes", []) if n not in excluded]
         plan = plan_placement(placement_recipe(config.placement), prepared, op_types, excluded)  # calibration covered every op type; this is what gets Q/DQ
         q_types, q_excluded = list(plan.op_types), list(plan.nodes_to_exclude)
         pinned = [n for n in outputs.relu_fed_outputs(prepared, ranges, q_types, q_excluded) if n not in config.tensor_overrides and n not in overrides]
         overrides.update(ort_bridge.range_overrides(ranges, pinned))
-        job = _Quantization(model_path, prep_path, ranges, config, q_types, overrides, note, out / MODEL_FILE, work, plan.no_output_op_types)
+        pc = {}
+        if placement_recipe(config.placement).per_channel_depthwise:
+            pc = dict(source.depthwise) if source.depthwise else depthwise.record_ranges(record) if record is not None else {
+                t: (np.asarray(v["lo"]), np.asarray(v["hi"])) for t, v in calib.get("depthwise_ranges", {}).items()}
+            if source.depthwise:  # the record says which ranges its per-channel pairs came from
+                calib["depthwise_ranges"] = {t: {"lo": [float(f"{v:.6g}") for v in lo], "hi": [float(f"{v:.6g}") for v in hi]}
+                                             for t, (lo, hi) in source.depthwise.items()}
+        job = _Quantization(model_path, prep_path, ranges, config, q_types, overrides, note, out / MODEL_FILE, work, plan.no_output_op_types,
+                            (dw, pc) if pc else None)
         q, data, floated = job.run_checked(prepared, q_excluded, set(calib.get("variable_shape", ())))
         if floated:
             calib["float_nodes"] = sorted(set(calib.get("float_nodes", [])) | set(floated))
@@ -172,6 +186,7 @@ class _Quantization:
     dest: Path
     work: Path
     no_output_op_types: tuple[str, ...] = ()
+    per_channel: tuple[dict[str, str], dict[str, Any]] | None = None  # depthwise inputs and their per-channel ranges
 
     def run(self, excluded: list[str]) -> tuple[Any, bytes]:
         raw = self.work / "quantized.onnx"
@@ -184,6 +199,14 @@ class _Quantization:
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
             raise ModelError(f"{self.source}: ONNX Runtime could not quantize the model ({type(e).__name__}: {first}); "
                              "run 'quantkit intake' on it or exclude the failing nodes") from None
+        if self.per_channel is not None:
+            import onnx
+
+            m = onnx.load(str(raw))
+            done = depthwise.per_channel_inputs(m, *self.per_channel, symmetric=self.config.symmetric_activations)
+            if done:
+                onnx.save(m, str(raw))
+                log.info("%d depthwise inputs quantized per channel (placement %s)", len(done), self.config.placement)
         return _finish(raw, self.note, self.dest, self.config)
 
     def run_checked(self, model: Any, excluded: list[str], variable: Any) -> tuple[Any, bytes, list[str]]:
@@ -215,15 +238,20 @@ def _calibrate(prep_path: Path, prepared: Any, cset: Any, note: ExportNote, conf
                     config.activation_type)
     reader = CalibrationSetReader(cset, note.preprocessing, batch_size=1)
     key = CheckpointKey.for_run(model_digest, cset.set_id, config.config_hash())
+    per_channel = {**{t: (1,) for t in depthwise.depthwise_inputs(prepared)},  # depthwise inputs: per-channel ranges for the record
+                   **{o.name: outputs.channel_axes(prepared, o.name) for o in prepared.graph.output}}
     run: CalibrationRun = collect_ranges(prep_path, reader, config, workdir=work, op_types=op_types, checkpoint=checkpoint, key=key,
-                                         outputs={o.name: outputs.channel_axes(prepared, o.name) for o in prepared.graph.output})
+                                         outputs=per_channel)
     for w in run.warnings:
         log.warning("%s", w)
     calib = run.to_dict()
     unobserved = _exclude_unobserved(prepared, run.unobserved, excluded)
     if unobserved:
         calib["float_nodes"] = unobserved
-    return run.tensors, calib, run.channel_ranges, excluded + unobserved
+    entry = depthwise.ranges_entry(run.channel_means, set(depthwise.depthwise_inputs(prepared)) - {o.name for o in prepared.graph.output})
+    if entry:  # NNCF's estimator per channel, for a placement that quantizes these inputs per channel
+        calib["depthwise_ranges"] = entry
+    return run.tensors, calib, tuple(c for c in run.channel_ranges if c.tensor not in entry), excluded + unobserved
 
 
 def _recorded_pairs(record: CalibrationRecord) -> dict[str, tuple[float, float]]:

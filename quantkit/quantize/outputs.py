@@ -4,7 +4,8 @@ Three findings go into the record's ``calibration`` entries and ``quantize``'s s
 
 * ``outputs``: every graph output of the model, quantized or not, with its integer type, scale, zero point,
   the calibrated float range and the range the written model represents (:func:`output_summary`).
-* ``range_changes``: every quantized tensor whose written range differs from its calibrated range
+* ``range_changes``: every quantized tensor (one scale; a per-channel pair is set from its channels' ranges) whose
+  written range differs from its calibrated range
   (:func:`range_changes`): ``clipped`` when the written range misses more than one step of the calibrated one
   (values are lost), ``widened`` when it is more than :data:`WIDENED_FACTOR` times as wide as needed (a bit or
   more of resolution lost, e.g. a tensor sharing the scale of a wider one). ORT's own Relu/Clip fusion, which
@@ -199,6 +200,9 @@ class OutputChannels:
         self.names = list(self.axes)
         self.lo: dict[tuple[str, int], np.ndarray] = {}
         self.hi: dict[tuple[str, int], np.ndarray] = {}
+        self.sum_lo: dict[tuple[str, int], np.ndarray] = {}  # sums of each image's per-channel min and max (mean_ranges)
+        self.sum_hi: dict[tuple[str, int], np.ndarray] = {}
+        self.images: dict[tuple[str, int], int] = {}
         self.dropped: set[tuple[str, int]] = set()
 
     def fold(self, name: str, arr: Any) -> None:
@@ -213,16 +217,27 @@ class OutputChannels:
             lo, hi = np.fmin.reduce(a, axis=others), np.fmax.reduce(a, axis=others)
             if k not in self.lo:
                 self.lo[k], self.hi[k] = lo, hi
+                self.sum_lo[k], self.sum_hi[k], self.images[k] = lo.astype(np.float64), hi.astype(np.float64), 1
             elif self.lo[k].shape != lo.shape:
                 self.dropped.add(k)
-                del self.lo[k], self.hi[k]
+                del self.lo[k], self.hi[k], self.sum_lo[k], self.sum_hi[k], self.images[k]
             else:
                 np.fmin(self.lo[k], lo, out=self.lo[k])
                 np.fmax(self.hi[k], hi, out=self.hi[k])
+                self.sum_lo[k] += lo
+                self.sum_hi[k] += hi
+                self.images[k] += 1
 
     def ranges(self) -> tuple[ChannelRange, ...]:
+        """Per channel, the minimum and maximum over every image folded."""
         return tuple(ChannelRange(n, ax, tuple(float(v) for v in self.lo[(n, ax)]), tuple(float(v) for v in self.hi[(n, ax)]))
                      for n, ax in sorted(self.lo))
+
+    def mean_ranges(self) -> tuple[ChannelRange, ...]:
+        """Per channel, the mean over images of each image's minimum and maximum: NNCF's range estimator for activations
+        (its ``MinMax`` statistics with a mean aggregator), less moved by one image's outlier than :meth:`ranges`."""
+        return tuple(ChannelRange(n, ax, tuple(float(v) for v in self.sum_lo[(n, ax)] / self.images[(n, ax)]),
+                                  tuple(float(v) for v in self.sum_hi[(n, ax)] / self.images[(n, ax)])) for n, ax in sorted(self.sum_lo))
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         keys = sorted(self.lo)
@@ -232,6 +247,7 @@ class OutputChannels:
                                       "dropped": np.array([f"{ax}:{n}" for n, ax in sorted(self.dropped)], dtype=str)}
         for i, k in enumerate(keys):
             out[f"lo{i}"], out[f"hi{i}"] = self.lo[k], self.hi[k]
+            out[f"slo{i}"], out[f"shi{i}"], out[f"n{i}"] = self.sum_lo[k], self.sum_hi[k], np.array(self.images[k])
         return out
 
     @classmethod
@@ -244,6 +260,10 @@ class OutputChannels:
 
         for i, s in enumerate(a["keys"]):
             st.lo[key(s)], st.hi[key(s)] = a[f"lo{i}"].copy(), a[f"hi{i}"].copy()
+            if f"n{i}" in a:  # a checkpoint written before the means were kept: their mean is the global range's
+                st.sum_lo[key(s)], st.sum_hi[key(s)], st.images[key(s)] = a[f"slo{i}"].copy(), a[f"shi{i}"].copy(), int(a[f"n{i}"])
+            else:
+                st.sum_lo[key(s)], st.sum_hi[key(s)], st.images[key(s)] = a[f"lo{i}"].astype(np.float64), a[f"hi{i}"].astype(np.float64), 1
         st.dropped = {key(s) for s in a["dropped"]}
         return st
 
@@ -299,7 +319,7 @@ def range_changes(model: Any, tensors: Sequence[TensorScale], ranges: Mapping[st
             consumers.setdefault(i, set()).add(n.op_type)
     out = []
     for t in tensors:
-        if t.role != "activation" or t.name not in ranges:
+        if t.role != "activation" or t.name not in ranges or len(t.scale) > 1:  # per channel: from the channels' own ranges
             continue
         lo, hi = min(float(ranges[t.name][0]), 0.0), max(float(ranges[t.name][1]), 0.0)
         if symmetric:

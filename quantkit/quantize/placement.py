@@ -12,7 +12,8 @@ The ``openvino`` recipe follows NNCF's CPU setup (``openvinotoolkit/nncf``: ``sr
 and the ONNX fused patterns ``src/nncf/onnx/hardware/fused_patterns.py``): Q/DQ on the activation inputs and the
 weights of ``Conv``, ``ConvTranspose``, ``Gemm`` and ``MatMul`` only; no op's output quantized for its own sake (a
 tensor is quantized where a quantized op reads it, so graph outputs stay float) except ``ConvTranspose``'s; unsigned
-8-bit per-tensor activations; symmetric signed 8-bit per-channel weights (zero point 0). ``ConvTranspose`` keeps its
+8-bit activations, per tensor except the inputs of depthwise convolutions, per channel (:mod:`.depthwise`); symmetric
+signed 8-bit per-channel weights (zero point 0). ``ConvTranspose`` keeps its
 output pair because OpenVINO's integer deconvolution with a float output was slow: on PP-OCRv4 det 640 (OpenVINO
 2026.4, 1 thread, ``PERF_COUNT``, two alternating runs) ``ConvolutionBackpropData`` took 9.1 / 7.9 ms without the
 pair and 3.5 / 3.1 ms with it, the layer sum 46.8 / 42.9 against 42.3 / 35.3 ms.
@@ -69,6 +70,10 @@ class PlacementRecipe:
         float_decode: keep the decoding tail in float (:func:`decode_tail`): every node between the last
             Conv/ConvTranspose/Gemm/MatMul and a graph output, so no graph output is quantized and box decoding
             (split, sigmoid, distribution softmax, the concat of boxes and scores) reads float values.
+        per_channel_depthwise: quantize each depthwise ``Conv``'s input per channel (axis 1), as NNCF's CPU setup does, from
+            the record's per-channel ranges (:func:`quantkit.quantize.depthwise.per_channel_inputs`): one scale flattens
+            its narrow channels (PicoDet CDLA box F1 0.969 -> 0.710, the PP-OCR detector pixel IoU 0.979 -> 0.924 in NNCF's
+            file made per-tensor, ``bench/bench_depthwise.py``). OpenVINO runs it; ONNX Runtime's ``QLinearConv`` cannot.
     """
 
     name: str
@@ -81,6 +86,7 @@ class PlacementRecipe:
     output_op_types: tuple[str, ...] = ()
     engine: str = "ort"
     float_decode: bool = False
+    per_channel_depthwise: bool = False
 
 
 ORT = PlacementRecipe("ort")
@@ -89,7 +95,8 @@ ORT_FLOAT_DECODE = PlacementRecipe("ort-float-decode", float_decode=True)
 ``[1, 15, 21504]``: pixel boxes up to 1024 concatenated with 0-1 scores) box F1 vs FP32 went 0.000 -> 0.944 on 8
 rendered pages (``bench/bench_heads.py``); the scores no longer share one grid with the box coordinates."""
 OPENVINO = PlacementRecipe("openvino", op_types=("Conv", "ConvTranspose", "Gemm", "MatMul"), quantize_outputs=False,
-                          per_channel_weights=True, symmetric_weights=True, activation_type="uint8", output_op_types=("ConvTranspose",))
+                          per_channel_weights=True, symmetric_weights=True, activation_type="uint8", output_op_types=("ConvTranspose",),
+                          per_channel_depthwise=True)
 OPENVINO_ELTWISE = dataclasses.replace(OPENVINO, name="openvino-eltwise", paired_eltwise=("Add", "Mul"))
 NNCF = PlacementRecipe("nncf", per_channel_weights=True, symmetric_weights=True, engine="nncf")
 """NNCF's own placement (its CPU hardware config and fused patterns), decided by ``nncf.quantize``, not by this module."""

@@ -104,6 +104,28 @@ def parse_recipe(name: str, where: str = "targets.RUNTIME.recipes") -> Recipe:
     return Recipe(name, engine, placement)
 
 
+def check_targets(path: str | Path) -> dict[str, str] | None:
+    """The params file's ``targets`` (:func:`quantkit.paramsfile.targets`) with every runtime and recipe name checked, so a
+    misspelt one is one line where params are read (``quantkit params show``, ``quantkit models check``, dvc.yaml's first
+    stage), not first at the place stage.
+
+    Raises:
+        ConfigError: a runtime :func:`quantkit.runtimes.registered_runtimes` does not know, or a recipe :func:`parse_recipe`
+            refuses, naming the file and key.
+    """
+    from ..paramsfile import target_recipes, targets
+    from ..runtimes import registered_runtimes
+
+    found = targets(path)
+    known = registered_runtimes()
+    for runtime in found or {}:
+        if runtime not in known:
+            raise ConfigError(f"{path}: targets.{runtime}: {runtime!r} is not a runtime quantkit knows; use one of {', '.join(known)}")
+        for r in target_recipes(path, runtime):
+            parse_recipe(r, f"{path}: targets.{runtime}.recipes")
+    return found
+
+
 @dataclasses.dataclass(frozen=True)
 class RecipeFigure:
     """One recipe's file measured on one runtime: agreement (primary metric, 0..1) over ``images`` reference images with
@@ -394,4 +416,4 @@ def choose_for_runtime(intake: str | Path, ranges: str | Path, calibration_set: 
         shutil.rmtree(work, ignore_errors=True)
 
 
-__all__ = ["CHOICE_FILE", "FALLBACK", "FALLBACK_IMAGES", "NOISE", "Choice", "Recipe", "RecipeFigure", "RULES", "TOLERANCE", "build_recipe", "choose", "choose_for_runtime", "measure_recipes", "parse_recipe"]
+__all__ = ["CHOICE_FILE", "FALLBACK", "FALLBACK_IMAGES", "NOISE", "Choice", "check_targets", "Recipe", "RecipeFigure", "RULES", "TOLERANCE", "build_recipe", "choose", "choose_for_runtime", "measure_recipes", "parse_recipe"]

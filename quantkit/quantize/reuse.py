@@ -29,6 +29,7 @@ from ..errors import CalibrationSetError, ConfigError, ModelError
 from ..note import ExportNote
 from . import outputs
 from .config import StaticQuantConfig
+from .depthwise import record_ranges
 from .engine import MODEL_FILE, RECORD_FILE, RangeSource, load_intake, write_static
 
 #: Config fields that decide a calibration's ranges: a config that differs from a record's in one of them cannot use its ranges.
@@ -113,7 +114,8 @@ def quantize_with_ranges(record: CalibrationRecord | str | Path, intake: str | P
     if theirs.engine != "ort":
         fixed, cset = engine_ranges(rec), recorded_set(rec)
     with atomic_output_dir(Path(out), command="quantize", inputs=inputs) as tmp:
-        source = RangeSource(cset, record=rec if fixed is None else None, replay_scales=False, fixed=fixed)
+        source = RangeSource(cset, record=rec if fixed is None else None, replay_scales=False, fixed=fixed,
+                             depthwise=record_ranges(rec) if fixed is not None else None)  # the engine's own per-channel pairs
         new = write_static(model, model_path, note, config, source, tmp, levels_floor=levels_floor)
         if fixed is not None:
             new = dataclasses.replace(new, calibration={**(new.calibration or {}), "ranges_from": rec.fingerprint,

@@ -78,7 +78,9 @@ class CalibrationRun:
     this run's wall time (both logged, not recorded: :meth:`to_dict`). ``unobserved``: calibrated tensors that had
     no element on any image (no range; the engine keeps their nodes in float). ``variable_shape``: tensors whose
     shape the model leaves open (read at whatever size arrives). ``warnings``: one line each, for the user.
-    ``channel_ranges``: FP32 ranges per channel of the graph outputs (:class:`~.outputs.OutputChannels`).
+    ``channel_ranges``: FP32 ranges per channel of the graph outputs and the other tensors asked for
+    (:class:`~.outputs.OutputChannels`); ``channel_means``: the same tensors' mean over images of each image's per-channel
+    min and max (:meth:`~.outputs.OutputChannels.mean_ranges`).
     """
 
     tensors: Any
@@ -91,6 +93,7 @@ class CalibrationRun:
     variable_shape: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     channel_ranges: tuple[ChannelRange, ...] = ()
+    channel_means: tuple[ChannelRange, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The record's ``calibration`` entries (the three lists only when not empty).
@@ -292,10 +295,12 @@ def collect_ranges(
     if n_batches == 0:
         raise CalibrationSetError(f"{where}: no images to calibrate on; add images and register the set again")
     plan = ort_bridge.calibration_plan(model_path, config, op_types or ort_bridge.default_op_types("qdq"), workdir)
+    channels = OutputChannels({n: ax for n, ax in (outputs or {}).items() if n in plan.tensors})
     derivs = derivations(onnx.load(str(plan.tap_model), load_external_data=False), plan.tensors) if _minmax_like(plan.params) else None
+    if derivs:  # a tensor whose channels are folded is read on every image, not derived after the first (its channels would see one)
+        derivs = {k: v for k, v in derivs.items() if k not in channels.axes}
     state: State = make_state(plan.params, list(plan.tensors), derivs, batches=n_batches)
     key = dataclasses.replace(key, state=type(state).__name__) if key is not None else None
-    channels = OutputChannels({n: ax for n, ax in (outputs or {}).items() if n in plan.tensors})
     pass_no, done, dynamic = 1, 0, set()
     if checkpoint is not None and key is not None:
         saved = ckpt.load(checkpoint, key)
@@ -326,4 +331,5 @@ def collect_ranges(
     chunks = pass_no * -(-n_batches // chunk_batches)  # a whole run's, resumed or not: the record must not depend on a resume
     return CalibrationRun(tensors=ranges, images=images, batches=n_batches, chunks=chunks, resumed_batches=resumed,
                           seconds=time.perf_counter() - t0, unobserved=unobserved, variable_shape=tuple(sorted(dynamic)),
-                          warnings=(warning,) if warning else (), channel_ranges=channels.ranges())
+                          warnings=(warning,) if warning else (), channel_ranges=channels.ranges(),
+                          channel_means=channels.mean_ranges())
