@@ -43,6 +43,36 @@ def test_the_registered_engine_is_what_runs(tmp_path, monkeypatch):
     assert len(seen) == 1 and not (tmp_path / "q").exists()
 
 
+def test_a_plug_in_engine_is_named_in_the_config_and_runs(tmp_path, monkeypatch):
+    """``quantize.engine: mine`` reaches a registered plug-in engine (the config's engine is a name, not a closed list);
+    an engine nobody registered is one line before any work."""
+    from quantkit.errors import ConfigError
+
+    intake = write_model_intake(concat_map_model(), tmp_path / "intake", 16)
+    cset = make_set(tmp_path / "set", n=2, size=32)
+    ran = []
+
+    class Mine(Engine):
+        name = "mine"
+
+        def check(self, config, calibration_set, checkpoint):
+            ran.append(("check", config.engine, config.placement))
+
+        def write(self, job):
+            ran.append(("write", job.config.engine))
+            raise UnsupportedOptionError("mine stops here")
+
+    monkeypatch.setitem(ENGINES, "mine", Mine())
+    config = StaticQuantConfig.from_dict({"engine": "mine"})
+    with pytest.raises(UnsupportedOptionError, match="mine stops here"):
+        quantize(intake, config, out=tmp_path / "q", calibration_set=cset)
+    assert ran == [("check", "mine", "ort"), ("write", "mine")] and not (tmp_path / "q").exists()
+    with pytest.raises(UnsupportedOptionError, match="engine: mine places its Q/DQ pairs itself: set placement: mine"):
+        StaticQuantConfig.from_dict({"engine": "mine", "placement": "openvino"})
+    with pytest.raises(ConfigError, match="quantize.engine: 'nobody' is not registered"):
+        quantize(intake, StaticQuantConfig(engine="nobody"), out=tmp_path / "n", calibration_set=cset)
+
+
 def test_engine_refusals_keep_their_words(tmp_path):
     intake = write_model_intake(concat_map_model(), tmp_path / "intake", 16)
     cset = make_set(tmp_path / "set", n=2, size=32)

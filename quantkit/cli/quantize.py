@@ -36,8 +36,8 @@ def register(subparsers: Any) -> None:
                    "reference set, speed against its best float run) and write the one chosen, with choice.json")
     p.add_argument("--reference-set", metavar="DIR", help="with a target's recipes: the set the files are judged on (default with "
                    "--role deployed: the model's deployed reference set)")
-    p.add_argument("--engine", choices=["ort", "nncf"], help="override quantize.engine: ONNX Runtime's quantizer or NNCF's "
-                   "(the nncf extra; its placement is nncf unless the section names one)")
+    p.add_argument("--engine", metavar="NAME", help="override quantize.engine: ort (ONNX Runtime's quantizer), nncf (NNCF's, the "
+                   "nncf extra; its placement is nncf unless the section names one) or a registered plug-in engine")
     p.add_argument("--ranges-from", metavar="RECORD", help="use this record's calibrated ranges instead of calibrating "
                    "(same float model and calibration settings; e.g. another placement of one calibration)")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (written whole or not at all)")

@@ -160,7 +160,10 @@ class StaticQuantConfig(_Common):
             ``quantkit quantize`` sets when the section names no placement),
             ``per_channel: true``, ``weight_type: int8`` and symmetric weights, and estimates ranges itself (per-tensor
             activations: mean over images of each image's min and max), so every other field must keep its default
-            (:func:`check_engine`).
+            (:func:`check_engine`). Another name: an engine registered as a plug-in (entry point group
+            ``quantkit.engines``, or :func:`quantkit.quantize.engines.register_engine`), which places its own Q/DQ pairs
+            and checks its own fields (``placement`` left as ``ort`` or set to the engine's name); an unknown name is
+            refused when ``quantize`` asks the registry, before any work.
     """
 
     per_channel: bool = True
@@ -180,7 +183,7 @@ class StaticQuantConfig(_Common):
     calibration_graph: Literal["exact", "optimized"] = "exact"
     tensor_overrides: dict[str, TensorOverride] = dataclasses.field(default_factory=dict)
     placement: str = "ort"
-    engine: Literal["ort", "nncf"] = "ort"
+    engine: str = "ort"
 
     def validate(self) -> None:
         super().validate()
@@ -262,8 +265,17 @@ def check_static(c: StaticQuantConfig) -> None:
             raise UnsupportedOptionError(f"tensor_overrides.{name}.quant_type: {ov.quant_type} needs format: qdq")
 
 
+#: Engines whose fields and placements this module checks; another (a plug-in) checks its own.
+BUILTIN_ENGINES = ("ort", "nncf")
+
+
 def check_placement(c: StaticQuantConfig) -> None:
     """Raise for a placement that is unknown or whose recipe needs settings the config does not have."""
+    if c.engine not in BUILTIN_ENGINES:
+        if c.placement not in ("ort", c.engine):
+            raise UnsupportedOptionError(f"placement: {c.placement} is a recipe for ORT's quantizer; engine: {c.engine} places its Q/DQ "
+                                         f"pairs itself: set placement: {c.engine} or leave it out")
+        return
     r = placement_recipe(c.placement)
     where = f"placement: {c.placement}"
     if r.engine != c.engine:
@@ -297,7 +309,7 @@ def check_engine(c: StaticQuantConfig) -> None:
     """Raise UnsupportedOptionError for a field the config's engine cannot honour (see ``engine`` in
     :class:`StaticQuantConfig`): with ``engine: nncf``, a field of :data:`NNCF_FIXED` off its value, asymmetric
     weights or activations other than 8-bit (a placement other than ``nncf``: :func:`check_placement`)."""
-    if c.engine == "ort":
+    if c.engine != "nncf":  # ORT honours every field; a plug-in engine checks its own
         return
     for name, value in NNCF_FIXED.items():
         if getattr(c, name) != value:
