@@ -196,7 +196,7 @@ def _recipes_markdown(m: Any) -> list[str]:
     if not m.recipes:
         return []
     lines = [f"### How {m.name}'s INT8 file for each runtime was chosen", "",
-             f"| runtime | recipe | {m.primary.label} vs FP32 [95% CI] | vs best float run | deployed |", "|---|---|---|---|---|"]
+             f"| runtime | recipe | {m.primary.label} [95% CI] | vs best float run | deployed |", "|---|---|---|---|---|"]
     for c in m.recipes:
         for f in c["figures"]:
             ci = f" [{f['ci'][0]:.3f}, {f['ci'][1]:.3f}]" if f.get("ci") else ""
