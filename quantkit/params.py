@@ -306,7 +306,7 @@ def effective_settings(path: str | Path, model: str) -> list[EffectiveKey]:
         if not has_any(data, models[model], section) and not cls.PARAMS_OPTIONAL:
             continue
         if any(s.startswith(section + ".") for s in SECTIONS):  # nested sections (bundle.verify) are their own configs
-            raw, where = section_for_model(path, section, model)
+            raw, where = section_for_model(path, section, model) if has_any(data, models[model], section) else ({}, section)  # absent: defaults
             raw = {k: v for k, v in raw.items() if f"{section}.{k}" not in SECTIONS}
             values = cls.from_dict(raw, where=f"{path}:{where}").to_dict()
         elif section == "task":  # the adapter's options as it runs with them, defaults included

@@ -192,6 +192,13 @@ def test_bad_files_skipped_by_policy_16bit_and_exif_handled(tmp_path: Path, capl
     reader = CalibrationSetReader(res.set, Preprocessing(input_size=(60, 40), resize_policy="stretch"))
     shapes = [b.shape for _, b in reader.iter_batches()]
     assert shapes == [(1, 3, 60, 40)] * 3 and reader.skipped == []  # 16-bit and EXIF photos read as normal images
+    # the skipped files may stay: the set loads and verifies (a new user's trial: the suggested fix made an unusable set) ...
+    again = CalibrationSet.load(folder, verify=True)
+    assert again.skipped == res.skipped and again.set_id == res.set.set_id
+    # ... but a file added later is still a change to the set
+    shutil.copy(folder / "images" / "a_good.jpg", folder / "images" / "g_new.jpg")
+    with pytest.raises(CalibrationSetError, match="g_new.jpg: in .* but not registered"):
+        CalibrationSet.load(folder, verify=True)
 
 
 def test_bad_arguments(tmp_path: Path) -> None:

@@ -4,6 +4,8 @@ commands that take a folder of sets (evaluate, drift, compose, fallback)."""
 
 from __future__ import annotations
 
+import argparse
+
 import json
 from pathlib import Path
 
@@ -186,6 +188,22 @@ def test_params_show_names_where_each_setting_comes_from(user_repo, capsys):
     assert keys["fallback.search"]["source"] == "default"
     assert keys["sets.site"]["value"] == '"site_sets"'
     assert main(["params", "show"]) == 2
+
+
+def test_a_params_file_with_only_models_shows_and_quantizes_with_the_defaults(user_repo, capsys):
+    """A new user's trial: the file `models add` writes had no quantize/bundle section, and `params show` and `quantize --params`
+    refused it although `quantize --help` says the defaults apply."""
+    from quantkit.cli.quantize import build_config
+    from quantkit.quantize import StaticQuantConfig
+
+    data = yaml.safe_load((user_repo / "params.yaml").read_text())
+    (user_repo / "only.yaml").write_text(yaml.safe_dump({"models": {"ddddocr_det": data["models"]["ddddocr_det"]}}))
+    assert main(["params", "show", "--params", "only.yaml", "--model", "ddddocr_det", "--json"]) == 0
+    keys = {k["key"]: k for k in json.loads(capsys.readouterr().out)}
+    assert keys["quantize.method"]["source"] == "default" and keys["bundle.compress"]["source"] == "default"
+    args = argparse.Namespace(params="only.yaml", section="quantize", model="ddddocr_det", dynamic=False, engine=None, placement=None,
+                              target=None, method=None, chunk_size=None, max_images=None)
+    assert build_config(args) == StaticQuantConfig()
 
 
 def test_evaluate_drift_and_compose_take_a_folder_of_sets(user_repo, capsys):

@@ -15,7 +15,8 @@ from test_quantize_fixtures import make_set, write_model_intake
 
 from quantkit.errors import ConfigError
 from quantkit.paramsfile import target_recipes, targets
-from quantkit.quantize.recipes import RULES, RecipeFigure, check_targets, choose, parse_recipe
+from quantkit.quantize.recipes import RULES, RecipeFigure, choose, parse_recipe
+from quantkit.quantize.targets_check import check_targets
 
 
 def fig(name: str, agreement: float, ms: float, float_ms: float = 100.0) -> RecipeFigure:
@@ -339,3 +340,18 @@ def test_fallback_recipe_needs_another_to_start_from(collapsing):
     with pytest.raises(ConfigError, match="fallback starts from another recipe's file"):
         _choose(collapsing, ["fallback"], "never")
     assert parse_recipe("fallback").engine == "fallback"
+
+
+def test_a_reference_set_fp32_decides_nothing_on_is_refused_before_any_build(collapsing):
+    """A new user's trial: a head the task adapter does not decode (PicoDet's GFL outputs read as rows) made FP32 decide
+    nothing, every recipe 'agreed 1.000' and one was chosen as meeting the target."""
+    from quantkit.quantize import StaticQuantConfig
+    from quantkit.quantize.fallback.metric import task_metric
+    from quantkit.quantize.recipes import choose_for_runtime
+    from quantkit.tasks.boxes import BoxDetectorAdapter
+
+    blind = task_metric(BoxDetectorAdapter(objectness=False, score_thresh=0.999999, iou_thresh=0.45))
+    with pytest.raises(ConfigError, match=r"ref: FP32 decides nothing on its 6 images with box_f1.*every file would agree 1\.000"):
+        choose_for_runtime(collapsing["intake"], collapsing["deployed"], collapsing["set"], [collapsing["ref"]], StaticQuantConfig(),
+                           "onnxruntime", ["ort"], blind, target=0.9, out=collapsing["root"] / "blind")
+    assert not (collapsing["root"] / "blind").exists() and not [p for p in collapsing["root"].iterdir() if ".blind." in p.name]

@@ -10,11 +10,10 @@ a changed set is registered as a new folder (a new version), and DVC tracks both
 
 Bad files at registration (every file under ``images/`` whose suffix is an image suffix is decoded):
 
-* corrupt or truncated image, zero-byte file, text file with an image suffix: ``on_error="fail"``
-  raises :class:`CalibrationSetError` naming the file and writes nothing; ``on_error="skip"`` logs a
-  warning naming it and leaves it out of the manifest (it is listed in ``RegisterResult.skipped``);
-* files without an image suffix (``notes.txt``): never part of the set; one WARNING names them (hidden
-  files and folders, e.g. ``.DS_Store``, are passed over silently);
+* corrupt or truncated image, zero-byte file, text file with an image suffix: ``on_error="fail"`` raises :class:`CalibrationSetError`
+  naming the file and writes nothing; ``on_error="skip"`` logs a warning naming it and leaves it out of the set (the manifest's
+  ``skipped``: the file may stay in ``images/`` without making the folder a changed set; ``RegisterResult.skipped``);
+* files without an image suffix (``notes.txt``): never part of the set; one WARNING names them (hidden files and folders, e.g. ``.DS_Store``, are passed over silently);
 * 16-bit PNG, grayscale, palette, RGBA: decoded by :func:`quantkit.imageio.load_image`; images with
   partial transparency are named in one WARNING (alpha is ignored, see :mod:`quantkit.imageio`);
 * EXIF-rotated photos: ``width``/``height`` are those after applying the EXIF orientation.
@@ -112,6 +111,7 @@ class CalibrationSet:
     capture_end: str | None
     entries: tuple[ImageEntry, ...]
     generator: dict[str, Any] | None = None
+    skipped: tuple[str, ...] = ()
 
     @classmethod
     def load(cls, folder: str | os.PathLike[str], *, verify: bool = False) -> "CalibrationSet":
@@ -125,7 +125,7 @@ class CalibrationSet:
         mpath = root / MANIFEST
         if not mpath.is_file():
             if not root.is_dir():
-                raise CalibrationSetError(f"{root}: no such folder; check the calibration set's path")
+                raise CalibrationSetError(f"{root}: no such folder; check the image set's path")
             if (root.parent / MANIFEST).is_file():
                 raise CalibrationSetError(f"{root}: this is the image folder of the registered set {root.parent}; pass {root.parent} itself")
             raise CalibrationSetError(f"{root}: no {MANIFEST}; register the folder with 'quantkit calibset register {root} --name NAME'")
@@ -140,7 +140,7 @@ class CalibrationSet:
             cset = cls(root=root, set_id=str(data["set_id"]), name=str(data["name"]), kind=str(data["kind"]),
                        camera=str(data["camera"]), lighting=str(data["lighting"]), site=str(data["site"]),
                        capture_start=data.get("capture_start"), capture_end=data.get("capture_end"),
-                       entries=entries, generator=data.get("generator"))
+                       entries=entries, generator=data.get("generator"), skipped=tuple(str(f) for f in data.get("skipped", ())))
         except (KeyError, TypeError) as e:
             raise CalibrationSetError(f"{mpath}: field {e} missing or malformed; re-register the set") from None
         if not entries:
@@ -168,7 +168,7 @@ class CalibrationSet:
             CalibrationSetError: an image is missing or its SHA-256 differs, or an image file under ``images/`` is not
                 in the manifest (a set is what its manifest lists: an added image is a new version); names the first one.
         """
-        listed = {e.file for e in self.entries}
+        listed = {e.file for e in self.entries} | set(self.skipped)
         if extra := [f for f in iter_image_files(self.root) if f.relative_to(self.root).as_posix() not in listed]:
             raise CalibrationSetError(f"{extra[0]}: in {self.root / IMAGES} but not registered in {self.root / MANIFEST} ({len(extra)} such "
                                       "image(s)); register the changed set as a new version (copy the folder, then 'quantkit calibset register') or remove it")
@@ -186,7 +186,7 @@ class CalibrationSet:
 
     def manifest(self) -> dict[str, Any]:
         """The manifest as a plain dict (what ``manifest.json`` holds)."""
-        return _manifest_dict(self.name, self.kind, self.camera, self.lighting, self.site, self.entries, self.generator)
+        return _manifest_dict(self.name, self.kind, self.camera, self.lighting, self.site, self.entries, self.generator, self.skipped)
 
     def to_dict(self) -> dict[str, Any]:
         """Summary without per-image entries: path, id, metadata, count and capture window."""
@@ -227,7 +227,7 @@ def compute_set_id(entries: Sequence[ImageEntry]) -> str:
     return fingerprint(sorted([e.file, e.sha256] for e in entries))
 
 
-def _manifest_dict(name: str, kind: str, camera: str, lighting: str, site: str, entries: Sequence[ImageEntry], generator: dict[str, Any] | None) -> dict[str, Any]:
+def _manifest_dict(name: str, kind: str, camera: str, lighting: str, site: str, entries: Sequence[ImageEntry], generator: dict[str, Any] | None, skipped: Sequence[str] = ()) -> dict[str, Any]:
     times = sorted(e.captured_at for e in entries if e.captured_at)
     d: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION, "set_id": compute_set_id(entries), "name": name, "kind": kind,
@@ -235,8 +235,8 @@ def _manifest_dict(name: str, kind: str, camera: str, lighting: str, site: str, 
         "capture_start": times[0] if times else None, "capture_end": times[-1] if times else None,
         "count": len(entries), "images": [e.to_dict() for e in entries],
     }
-    if generator is not None:
-        d["generator"] = generator
+    # skipped: unreadable files left out (on_error: skip): not part of the set, nor a change to it
+    d.update({**({"generator": generator} if generator is not None else {}), **({"skipped": sorted(skipped)} if skipped else {})})
     return d
 
 
@@ -378,7 +378,7 @@ def register_set(
                                   f"key the labels by the file's path in the set, e.g. {IMAGES}/0001.jpg")
     _warn_unread_label_keys(root, labels or {})
     entries, rows, skipped = _measure(root, files, name, captured_at or {}, labels or {}, on_error)
-    manifest = _manifest_dict(name, kind, camera, lighting, site, entries, generator)
+    manifest = _manifest_dict(name, kind, camera, lighting, site, entries, generator, skipped)
     mpath = root / MANIFEST
     written = True
     if mpath.exists():

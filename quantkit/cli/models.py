@@ -86,7 +86,7 @@ def run_check(args: argparse.Namespace) -> int:
     from ..calibset.model_sets import check_model_sets
     from ..errors import ConfigError
 
-    from ..quantize.recipes import check_targets
+    from ..quantize.targets_check import check_targets
 
     check_targets(args.params)  # the per-runtime stages' runtimes and recipes, checked before dvc repro reaches them
     sets = check_model_sets(args.params, args.name)

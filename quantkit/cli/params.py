@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     if args.section == "show":
         if not args.model:
             raise ConfigError("quantkit params show needs --model NAME (a model under params 'models')")
-        from ..quantize.recipes import check_targets
+        from ..quantize.targets_check import check_targets
 
         check_targets(args.params)  # a misspelt target runtime or recipe is named here, not first at the place stage
         keys = effective_settings(args.params, args.model)

@@ -47,13 +47,13 @@ def register(subparsers: Any) -> None:
 
 def build_config(args: argparse.Namespace) -> Any:
     """Params section + flag overrides -> StaticQuantConfig or DynamicQuantConfig."""
-    from ..config import section_for_model
+    from ..config import has_section, section_for_model
     from ..errors import UnsupportedOptionError
     from ..quantize import DynamicQuantConfig, StaticQuantConfig
 
     section: dict[str, Any] = {}
     where = args.section
-    if args.params:
+    if args.params and has_section(args.params, args.section, model=getattr(args, "model", None)):  # no section: the defaults
         section, where = section_for_model(args.params, args.section, getattr(args, "model", None))
     dynamic_section = section.pop("dynamic", {}) or {}
     if args.dynamic:
@@ -186,9 +186,14 @@ def run_recipes(args: argparse.Namespace, recipes: tuple[str, ...]) -> int:
     if args.ranges_from is None:
         raise ConfigError(f"--target {args.target}: targets.{args.target}.recipes places the deployed record's ranges; pass --ranges-from "
                           f"work/models/{args.model or 'MODEL'}/quantize/deployed")
-    for flag in ("placement", "engine", "method", "max_images", "checkpoint", "chunk_size"):
+    why = {"placement": "names each recipe's engine and placement", "engine": "names each recipe's engine and placement",
+           "method": "reuse the deployed record's calibration (its method, images and chunking)",
+           "max_images": "reuse the deployed record's calibration (its method, images and chunking)",
+           "chunk_size": "reuse the deployed record's calibration (its method, images and chunking)",
+           "checkpoint": "calibrate nothing (no checkpoint to resume)"}
+    for flag, reason in why.items():
         if getattr(args, flag) is not None:
-            raise ConfigError(f"--{flag.replace('_', '-')}: targets.{args.target}.recipes names each recipe's engine and placement; drop it")
+            raise ConfigError(f"--{flag.replace('_', '-')}: targets.{args.target}.recipes {reason}; drop it")
     cset = role_path(args.calibration_set, args.params, args.model, args.role, "calibration", "--calibration-set")
     ref = role_path(args.reference_set, args.params, args.model, args.role, "reference", "--reference-set")
     if cset is None or ref is None:

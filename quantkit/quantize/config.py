@@ -26,7 +26,7 @@ that "not given" and "given the default" stay distinguishable in the record.
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import ClassVar, Literal
 
 from ..config import Config
 from ..dtypes import int_type
@@ -165,6 +165,8 @@ class StaticQuantConfig(_Common):
             and checks its own fields (``placement`` left as ``ort`` or set to the engine's name); an unknown name is
             refused when ``quantize`` asks the registry, before any work.
     """
+
+    PARAMS_OPTIONAL: ClassVar[bool] = True  # no section: the defaults (what `quantkit quantize --help` says)
 
     per_channel: bool = True
     method: Method = "minmax"

@@ -104,28 +104,6 @@ def parse_recipe(name: str, where: str = "targets.RUNTIME.recipes") -> Recipe:
     return Recipe(name, engine, placement)
 
 
-def check_targets(path: str | Path) -> dict[str, str] | None:
-    """The params file's ``targets`` (:func:`quantkit.paramsfile.targets`) with every runtime and recipe name checked, so a
-    misspelt one is one line where params are read (``quantkit params show``, ``quantkit models check``, dvc.yaml's first
-    stage), not first at the place stage.
-
-    Raises:
-        ConfigError: a runtime :func:`quantkit.runtimes.registered_runtimes` does not know, or a recipe :func:`parse_recipe`
-            refuses, naming the file and key.
-    """
-    from ..paramsfile import target_recipes, targets
-    from ..runtimes import registered_runtimes
-
-    found = targets(path)
-    known = registered_runtimes()
-    for runtime in found or {}:
-        if runtime not in known:
-            raise ConfigError(f"{path}: targets.{runtime}: {runtime!r} is not a runtime quantkit knows; use one of {', '.join(known)}")
-        for r in target_recipes(path, runtime):
-            parse_recipe(r, f"{path}: targets.{runtime}.recipes")
-    return found
-
-
 @dataclasses.dataclass(frozen=True)
 class RecipeFigure:
     """One recipe's file measured on one runtime: agreement (primary metric, 0..1) over ``images`` reference images with
@@ -300,6 +278,24 @@ def _fallback_recipe(intake: str | Path, figures: list[RecipeFigure], records: d
              "met_on_search": result.met, "on_search": round(result.metric_after, 6)}), ""
 
 
+def check_fp32_decides(refs: Any, metric: Any) -> None:
+    """Refuse a reference set on which FP32 itself decides nothing through the task adapter (the metric's denominator of FP32
+    against itself is 0 on every image): every file would then agree 1.000 with it, a choice made on nothing (a new user's
+    trial: a GFL head the box adapter does not decode). Metrics without per-image counts are not checked.
+
+    Raises:
+        ConfigError: naming the set, the metric and the fix.
+    """
+    counts = getattr(metric, "counts", None)
+    if counts is None:
+        return
+    for s, outs in zip(refs.sets, refs.fp32):
+        if outs and float(counts(outs, outs).den.sum()) == 0.0:
+            raise ConfigError(f"{s.path}: FP32 decides nothing on its {len(outs)} images with {getattr(metric, 'description', 'the task')}, so every "
+                              "file would agree 1.000 with it; fix the model's task section (its layout, outputs, thresholds) or use images "
+                              "where FP32 finds something")
+
+
 def pooled(per_set: dict[str, tuple[float, tuple[float, float] | None]]) -> tuple[float, tuple[float, float] | None]:
     """The worst set's ``(agreement, interval)``: a file is only as good as its worst reference set."""
     return min(per_set.values(), key=lambda v: v[0])
@@ -355,6 +351,9 @@ def choose_for_runtime(intake: str | Path, ranges: str | Path, calibration_set: 
     if rec.calibration_set is not None and rec.calibration_set.set_id != cs.set_id:
         raise ConfigError(f"{cs.root}: set id {cs.set_id[:12]} is not the deployed record's calibration set ({rec.calibration_set.name}, "
                           f"{rec.calibration_set.set_id[:12]}); pass the set the record was calibrated on, or quantize again")
+    model_path, _, note = load_intake(intake)
+    refs = load_references(refsets, note, model_path, max_images)
+    check_fp32_decides(refs, metric)  # before any build: agreement with nothing is no judgement
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     remove_dead_temps(out)  # what a killed run left beside out
@@ -379,8 +378,6 @@ def choose_for_runtime(intake: str | Path, ranges: str | Path, calibration_set: 
         parsed = [r for r in parsed if r.name in records]
         if not parsed:
             raise ConfigError(f"targets.{runtime}.recipes: no recipe could be built ({skipped[0]['why']}); list a placement (ort, openvino, ...)")
-        model_path, _, note = load_intake(intake)
-        refs = load_references(refsets, note, model_path, max_images)
         same: dict[str, str] = {}  # a recipe whose file is byte-identical to an earlier one's (no decode tail: ort-float-decode = ort)
         for r in parsed:
             same.setdefault(records[r.name].quantized_model_digest, r.name)
@@ -416,4 +413,4 @@ def choose_for_runtime(intake: str | Path, ranges: str | Path, calibration_set: 
         shutil.rmtree(work, ignore_errors=True)
 
 
-__all__ = ["CHOICE_FILE", "FALLBACK", "FALLBACK_IMAGES", "NOISE", "Choice", "check_targets", "Recipe", "RecipeFigure", "RULES", "TOLERANCE", "build_recipe", "choose", "choose_for_runtime", "measure_recipes", "parse_recipe"]
+__all__ = ["CHOICE_FILE", "FALLBACK", "FALLBACK_IMAGES", "NOISE", "Choice", "check_fp32_decides", "Recipe", "RecipeFigure", "RULES", "TOLERANCE", "build_recipe", "choose", "choose_for_runtime", "measure_recipes", "parse_recipe"]
