@@ -84,7 +84,11 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(compare("ppocr_det (demo)", w / "intake", w / "quantize" / "deployed", cal.root,
                             [a.demo_work / "reference_sets" / params["sets"]["deployed"]["reference"]],
                             task_metric(make_adapter(task["adapter"], task.get("options", {}))), 0.977, a.work, a.repeats))
-    print_figures(rows, "file", "search", lambda r, f: r["searches"].get(f["name"].rpartition(" + ")[2], ""))
+    def cell(r: dict[str, Any], f: dict[str, Any]) -> str:
+        run = r["searches"].get(f["name"].rpartition(" + ")[2])
+        return f"{run['kept_in_float']} nodes in float, {run['rounds']} rounds, {run['seconds']} s" if run else ""
+
+    print_figures(rows, "file", "search", cell)
     save(a.save, {"cpu": _cpu(), "rows": rows})
     return 0
 
