@@ -153,8 +153,12 @@ def ranges_entry(channel_ranges: Iterable[Any], tensors: Iterable[str]) -> dict[
     significant digits) of the ``channel_ranges`` (:class:`~.outputs.ChannelRange`, the calibration's per-image means,
     :meth:`~.outputs.OutputChannels.mean_ranges`) whose tensor is in ``tensors``."""
     keep = set(tensors)
-    return {c.tensor: {"lo": [float(f"{v:.6g}") for v in c.lo], "hi": [float(f"{v:.6g}") for v in c.hi]}
-            for c in channel_ranges if c.tensor in keep and c.axis == 1}
+    return entry_of({c.tensor: (c.lo, c.hi) for c in channel_ranges if c.tensor in keep and c.axis == 1})
+
+
+def entry_of(ranges: dict[str, tuple[Any, Any]]) -> dict[str, dict[str, list[float]]]:
+    """``{tensor: (lo, hi)}`` per channel as the record's ``calibration.depthwise_ranges`` entry (6 significant digits)."""
+    return {t: {"lo": [float(f"{v:.6g}") for v in lo], "hi": [float(f"{v:.6g}") for v in hi]} for t, (lo, hi) in ranges.items()}
 
 
 def record_ranges(record: CalibrationRecord) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -232,4 +236,4 @@ def finding_lines(found: list[NarrowChannels], top: int = 6) -> list[str]:
 
 
 __all__ = ["FIX", "LIVE", "NARROW_SHARE", "NarrowChannels", "depthwise_inputs", "finding_lines", "narrow_channels", "per_channel_inputs",
-           "ranges_entry", "record_ranges"]
+           "entry_of", "ranges_entry", "record_ranges"]

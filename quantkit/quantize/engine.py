@@ -158,8 +158,7 @@ def write_static(model: Any, model_path: Path, note: ExportNote, config: StaticQ
             pc = dict(source.depthwise) if source.depthwise else depthwise.record_ranges(record) if record is not None else {
                 t: (np.asarray(v["lo"]), np.asarray(v["hi"])) for t, v in calib.get("depthwise_ranges", {}).items()}
             if source.depthwise:  # the record says which ranges its per-channel pairs came from
-                calib["depthwise_ranges"] = {t: {"lo": [float(f"{v:.6g}") for v in lo], "hi": [float(f"{v:.6g}") for v in hi]}
-                                             for t, (lo, hi) in source.depthwise.items()}
+                calib["depthwise_ranges"] = depthwise.entry_of(dict(source.depthwise))
         job = _Quantization(model_path, prep_path, ranges, config, q_types, overrides, note, out / MODEL_FILE, work, plan.no_output_op_types,
                             (dw, pc) if pc else None)
         q, data, floated = job.run_checked(prepared, q_excluded, set(calib.get("variable_shape", ())))
