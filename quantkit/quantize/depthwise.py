@@ -164,10 +164,13 @@ def entry_of(ranges: dict[str, tuple[Any, Any]]) -> dict[str, dict[str, list[flo
 def record_ranges(record: CalibrationRecord) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per-channel depthwise-input ranges a record carries: its ``calibration.depthwise_ranges`` (our calibration), else the
     represented ranges of its per-channel activation pairs on axis 1 (NNCF's file)."""
-    got = (record.calibration or {}).get("depthwise_ranges") or {}
-    if got:
-        return {t: (np.asarray(v["lo"], np.float64), np.asarray(v["hi"], np.float64)) for t, v in got.items()}
-    return {t.name: t.representable() for t in record.tensors if t.role == "activation" and t.axis == 1 and len(t.scale) > 1}
+    return entry_ranges((record.calibration or {}).get("depthwise_ranges") or {}) or {
+        t.name: t.representable() for t in record.tensors if t.role == "activation" and t.axis == 1 and len(t.scale) > 1}
+
+
+def entry_ranges(entry: dict[str, dict[str, list[float]]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """A ``calibration.depthwise_ranges`` entry (:func:`entry_of`) as ``{tensor: (lo, hi)}`` float64 arrays, one value per channel."""
+    return {t: (np.asarray(v["lo"], np.float64), np.asarray(v["hi"], np.float64)) for t, v in entry.items()}
 
 
 def per_channel_inputs(model: Any, dw: dict[str, str], ranges: dict[str, tuple[Any, Any]], *, symmetric: bool) -> list[str]:
@@ -236,4 +239,4 @@ def finding_lines(found: list[NarrowChannels], top: int = 6) -> list[str]:
 
 
 __all__ = ["FIX", "LIVE", "NARROW_SHARE", "NarrowChannels", "depthwise_inputs", "finding_lines", "narrow_channels", "per_channel_inputs",
-           "entry_of", "ranges_entry", "record_ranges"]
+           "entry_of", "entry_ranges", "ranges_entry", "record_ranges"]

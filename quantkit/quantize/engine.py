@@ -132,7 +132,6 @@ def write_static(model: Any, model_path: Path, note: ExportNote, config: StaticQ
         prep_path = work / "prepared.onnx"
         onnx.save(prepared, str(prep_path))
         overrides: dict[str, list[dict[str, Any]]] = {}
-        dw = depthwise.depthwise_inputs(prepared)
         if record is None:
             ranges, calib, channels, excluded = _calibrate(prep_path, prepared, cset, note, config, work, op_types, excluded, checkpoint, model_digest)
             if fixed:
@@ -153,14 +152,16 @@ def write_static(model: Any, model_path: Path, note: ExportNote, config: StaticQ
         q_types, q_excluded = list(plan.op_types), list(plan.nodes_to_exclude)
         pinned = [n for n in outputs.relu_fed_outputs(prepared, ranges, q_types, q_excluded) if n not in config.tensor_overrides and n not in overrides]
         overrides.update(ort_bridge.range_overrides(ranges, pinned))
-        pc = {}
+        per_channel = None
         if placement_recipe(config.placement).per_channel_depthwise:
-            pc = dict(source.depthwise) if source.depthwise else depthwise.record_ranges(record) if record is not None else {
-                t: (np.asarray(v["lo"]), np.asarray(v["hi"])) for t, v in calib.get("depthwise_ranges", {}).items()}
-            if source.depthwise:  # the record says which ranges its per-channel pairs came from
+            if source.depthwise:  # another engine's pairs; the record says which ranges its per-channel pairs came from
                 calib["depthwise_ranges"] = depthwise.entry_of(dict(source.depthwise))
+            # else this calibration's (or the record's, copied above) per-channel ranges; a record without them: its own pairs
+            pc = dict(source.depthwise or {}) or depthwise.entry_ranges(calib.get("depthwise_ranges", {})) or \
+                (depthwise.record_ranges(record) if record is not None else {})
+            per_channel = (depthwise.depthwise_inputs(prepared), pc) if pc else None
         job = _Quantization(model_path, prep_path, ranges, config, q_types, overrides, note, out / MODEL_FILE, work, plan.no_output_op_types,
-                            (dw, pc) if pc else None)
+                            per_channel)
         q, data, floated = job.run_checked(prepared, q_excluded, set(calib.get("variable_shape", ())))
         if floated:
             calib["float_nodes"] = sorted(set(calib.get("float_nodes", [])) | set(floated))
@@ -237,8 +238,10 @@ def _calibrate(prep_path: Path, prepared: Any, cset: Any, note: ExportNote, conf
                     config.activation_type)
     reader = CalibrationSetReader(cset, note.preprocessing, batch_size=1)
     key = CheckpointKey.for_run(model_digest, cset.set_id, config.config_hash())
-    per_channel = {**{t: (1,) for t in depthwise.depthwise_inputs(prepared)},  # depthwise inputs: per-channel ranges for the record
-                   **{o.name: outputs.channel_axes(prepared, o.name) for o in prepared.graph.output}}
+    graph_outputs = {o.name for o in prepared.graph.output}
+    dw = set(depthwise.depthwise_inputs(prepared)) - graph_outputs
+    per_channel = {**{t: (1,) for t in dw},  # depthwise inputs: per-channel ranges for the record
+                   **{o: outputs.channel_axes(prepared, o) for o in graph_outputs}}
     run: CalibrationRun = collect_ranges(prep_path, reader, config, workdir=work, op_types=op_types, checkpoint=checkpoint, key=key,
                                          outputs=per_channel)
     for w in run.warnings:
@@ -247,7 +250,7 @@ def _calibrate(prep_path: Path, prepared: Any, cset: Any, note: ExportNote, conf
     unobserved = _exclude_unobserved(prepared, run.unobserved, excluded)
     if unobserved:
         calib["float_nodes"] = unobserved
-    entry = depthwise.ranges_entry(run.channel_means, set(depthwise.depthwise_inputs(prepared)) - {o.name for o in prepared.graph.output})
+    entry = depthwise.ranges_entry(run.channel_means, dw)
     if entry:  # NNCF's estimator per channel, for a placement that quantizes these inputs per channel
         calib["depthwise_ranges"] = entry
     return run.tensors, calib, tuple(c for c in run.channel_ranges if c.tensor not in entry), excluded + unobserved
