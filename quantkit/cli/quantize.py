@@ -186,14 +186,12 @@ def run_recipes(args: argparse.Namespace, recipes: tuple[str, ...]) -> int:
     if args.ranges_from is None:
         raise ConfigError(f"--target {args.target}: targets.{args.target}.recipes places the deployed record's ranges; pass --ranges-from "
                           f"work/models/{args.model or 'MODEL'}/quantize/deployed")
-    why = {"placement": "names each recipe's engine and placement", "engine": "names each recipe's engine and placement",
-           "method": "reuse the deployed record's calibration (its method, images and chunking)",
-           "max_images": "reuse the deployed record's calibration (its method, images and chunking)",
-           "chunk_size": "reuse the deployed record's calibration (its method, images and chunking)",
-           "checkpoint": "calibrate nothing (no checkpoint to resume)"}
-    for flag, reason in why.items():
-        if getattr(args, flag) is not None:
-            raise ConfigError(f"--{flag.replace('_', '-')}: targets.{args.target}.recipes {reason}; drop it")
+    for flags, reason in ((("placement", "engine"), "names each recipe's engine and placement"),
+                          (("method", "max_images", "chunk_size"), "reuse the deployed record's calibration (its method, images and chunking)"),
+                          (("checkpoint",), "calibrate nothing (no checkpoint to resume)")):
+        for flag in flags:
+            if getattr(args, flag) is not None:
+                raise ConfigError(f"--{flag.replace('_', '-')}: targets.{args.target}.recipes {reason}; drop it")
     cset = role_path(args.calibration_set, args.params, args.model, args.role, "calibration", "--calibration-set")
     ref = role_path(args.reference_set, args.params, args.model, args.role, "reference", "--reference-set")
     if cset is None or ref is None:

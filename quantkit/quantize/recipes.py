@@ -252,8 +252,8 @@ def measure_recipes(files: dict[str, Path], fp32: Path, refs: Any, metric: Any, 
     return out
 
 
-def _fallback_recipe(intake: str | Path, figures: list[RecipeFigure], records: dict[str, Any], work: Path, cs: Any, refs: Any, metric: Any,
-                     runtime: str, *, target: float, threads: int, repeats: int) -> tuple[tuple[RecipeFigure, dict[str, Any]] | None, str]:
+def _fallback_recipe(intake: str | Path, model_path: Path, figures: list[RecipeFigure], records: dict[str, Any], work: Path, cs: Any, refs: Any,
+                     metric: Any, runtime: str, *, target: float, threads: int, repeats: int) -> tuple[tuple[RecipeFigure, dict[str, Any]] | None, str]:
     """The ``fallback`` recipe (module docstring): written to ``work/fallback`` and measured on ``runtime``; ``(None, why)`` when
     no file ORT's quantizer placed runs faster than float to start from."""
     from .fallback import FallbackConfig, precision_fallback
@@ -266,11 +266,10 @@ def _fallback_recipe(intake: str | Path, figures: list[RecipeFigure], records: d
     log.info("recipe fallback: from %s (agreement %.3f) to %.3f on %d images of %s", base.name, base.agreement, goal, FALLBACK_IMAGES, cs.name)
     config = FallbackConfig(target=goal, holdout=0.0, timings=False, fail_if_missed=False, max_reference_images=FALLBACK_IMAGES)
     result = precision_fallback(intake, config, reference_sets=[cs], out=work / FALLBACK, base=work / base.name.replace(":", "_"), metric=metric)
-    from .files import RECORD_FILE, load_intake
+    from .files import RECORD_FILE
     from ..artifacts.record import CalibrationRecord
 
     records[FALLBACK] = CalibrationRecord.load(work / FALLBACK / RECORD_FILE)
-    model_path = load_intake(intake)[0]
     fig = measure_recipes({FALLBACK: work / FALLBACK / "model_int8.onnx"}, model_path, refs, metric, runtime, threads=threads,
                           repeats=repeats)[0]
     return (dataclasses.replace(fig, fingerprint=records[FALLBACK].fingerprint),
@@ -391,8 +390,8 @@ def choose_for_runtime(intake: str | Path, ranges: str | Path, calibration_set: 
             if pick.rule == "meets":
                 skipped.append({"recipe": FALLBACK, "why": f"not needed: {pick.chosen} meets the target within the tolerance"})
             else:
-                fallback, why = _fallback_recipe(intake, figures, records, work, cs, refs, metric, runtime, target=target, threads=threads,
-                                                 repeats=repeats)
+                fallback, why = _fallback_recipe(intake, model_path, figures, records, work, cs, refs, metric, runtime, target=target,
+                                                 threads=threads, repeats=repeats)
                 if fallback is None:
                     skipped.append({"recipe": FALLBACK, "why": why})
                 else:
