@@ -239,18 +239,18 @@ def remove_dead_temps(dest: str | os.PathLike[str], *, legacy: bool = False, own
 
 @contextlib.contextmanager
 def scratch_dir(kind: str) -> Iterator[str]:
-    """A temporary folder ``<system temp>/quantkit-KIND-PID-xxxxxxxx``, removed on exit (as ``tempfile.TemporaryDirectory``).
-    On entry, the folders of the same kind whose process no longer runs (killed by SIGKILL, OOM) are removed first: a killed
-    ``quantize`` or NNCF run no longer leaves its copies of the model in the temp folder for good."""
-    root = Path(tempfile.gettempdir())
-    left = re.compile(re.escape(f"quantkit-{kind}-") + r"(\d+)-[A-Za-z0-9_]{8}")
+    """A temporary folder ``<system temp>/.quantkit-KIND.PID.xxxxxxxx.tmp`` (mode 0700), removed on exit: the name
+    :func:`temp_dir_beside` gives a sibling of ``<system temp>/quantkit-KIND``, so on entry :func:`remove_dead_temps` removes
+    the folders of that kind whose process no longer runs (killed by SIGKILL, OOM): a killed ``quantize`` or NNCF run no
+    longer leaves its copies of the model in the temp folder for good."""
+    dest = Path(tempfile.gettempdir()) / f"quantkit-{kind}"
     with contextlib.suppress(OSError):
-        for p in root.iterdir():
-            m = left.fullmatch(p.name)
-            if m is not None and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))) and p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p, ignore_errors=True)
-    with tempfile.TemporaryDirectory(prefix=f"quantkit-{kind}-{os.getpid()}-") as d:
-        yield d
+        remove_dead_temps(dest)
+    d = temp_dir_beside(dest)
+    try:
+        yield str(d)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def recover_output(dest: str | os.PathLike[str]) -> None:
